@@ -1,0 +1,36 @@
+# Thin wrapper over CMake presets. `make run` and `make test` work on a fresh
+# Debian 12 machine: they install the Debian packages first.
+PRESET ?= release
+BUILD_DIR := build/$(PRESET)
+JOBS ?= $(shell nproc)
+
+.PHONY: all deps configure build run test bench debug-test clean
+
+all: build
+
+deps:
+	@scripts/install-deps.sh
+
+configure:
+	@cmake --preset $(PRESET) >/dev/null
+
+build: configure
+	@cmake --build --preset $(PRESET) -j $(JOBS)
+
+# The main job on built-in defaults: Llama-3.1-8B on an H200 datasheet,
+# chunked prefill, 1000 Poisson requests at 10 req/s.
+run: deps build
+	$(BUILD_DIR)/cli/servesim simulate --out runs/default
+
+test: deps build
+	ctest --preset $(PRESET) -j $(JOBS)
+
+bench: deps build
+	$(BUILD_DIR)/bench/servesim_sim_bench --benchmark_counters_tabular=true
+
+# The debug preset: ASan + UBSan, CUDA off.
+debug-test: deps
+	@$(MAKE) --no-print-directory test PRESET=debug
+
+clean:
+	rm -rf build

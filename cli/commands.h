@@ -1,0 +1,12 @@
+// The servesim subcommands. Each takes the arguments after its name and
+// returns the process exit status (0 ok, 2 bad input, 1 runtime failure);
+// InputError propagates to main(), which prints it and exits 2.
+#pragma once
+
+namespace servesim::cli {
+
+int simulate_command(int argc, const char* const* argv);
+int models_command(int argc, const char* const* argv);
+int hardware_command(int argc, const char* const* argv);
+
+}  // namespace servesim::cli

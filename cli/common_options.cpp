@@ -1,0 +1,174 @@
+#include "cli/common_options.h"
+
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "sim/errors.h"
+#include "sim/units.h"
+
+namespace servesim::cli {
+
+po::options_description workload_options() {
+  po::options_description o("Workload");
+  o.add_options()
+      ("arrival", po::value<std::string>()->default_value("poisson"),
+       "arrival process: poisson | gamma | constant (open loop, at --rate) | closed (--concurrency "
+       "requests in flight, a new one when one finishes)")
+      ("rate", po::value<double>()->default_value(10.0), "open-loop arrival rate, requests/s")
+      ("cv", po::value<double>()->default_value(1.0),
+       "gamma arrivals: coefficient of variation of the gaps (>1 is burstier than Poisson)")
+      ("concurrency", po::value<int64_t>(), "closed loop: requests in flight")
+      ("num-requests", po::value<int64_t>()->default_value(1000), "requests to generate")
+      ("prompt-len", po::value<std::string>()->default_value("lognormal:1024:1.0:16:8192"),
+       "prompt tokens: N | fixed:N | uniform:LO:HI | normal:MEAN:STD[:LO:HI] | "
+       "lognormal:MEAN:SIGMA[:LO:HI] (MEAN in tokens, SIGMA of ln length)")
+      ("output-len", po::value<std::string>()->default_value("lognormal:256:1.0:1:2048"),
+       "output tokens, same syntax as --prompt-len")
+      ("lengths-from-trace", po::value<std::string>(),
+       "resample (prompt, output) pairs from this trace (format from --trace-format) instead of "
+       "--prompt-len/--output-len")
+      ("trace", po::value<std::string>(), "replay arrivals and lengths from this trace file")
+      ("trace-format", po::value<std::string>()->default_value("azure"),
+       "azure (TIMESTAMP,ContextTokens,GeneratedTokens) | csv (arrival_s,prompt_tokens,output_tokens)")
+      ("rate-scale", po::value<double>()->default_value(1.0),
+       "trace replay: multiply the arrival rate by this")
+      ("max-requests", po::value<int64_t>(), "trace replay: keep the first N requests")
+      ("trace-start", po::value<double>()->default_value(0.0),
+       "trace replay: window start, seconds after the trace's first request")
+      ("trace-duration", po::value<double>(), "trace replay: window length in seconds")
+      ("seed", po::value<uint64_t>()->default_value(0), "seed of every random choice");
+  return o;
+}
+
+po::options_description scheduler_options() {
+  po::options_description o("Scheduling and KV cache");
+  o.add_options()
+      ("scheduler", po::value<std::string>()->default_value("chunked"),
+       "static | continuous | chunked")
+      ("max-num-seqs", po::value<int32_t>()->default_value(256), "max running sequences")
+      ("max-num-batched-tokens", po::value<int32_t>(),
+       "token budget per iteration (default: 2048 for chunked, max(max-model-len, 2048) otherwise)")
+      ("block-size", po::value<int32_t>()->default_value(16), "tokens per KV block")
+      ("gpu-memory-utilization", po::value<double>()->default_value(0.9),
+       "fraction of device memory for weights + KV cache")
+      ("num-gpu-blocks", po::value<int64_t>(), "KV capacity in blocks (overrides the memory rule)")
+      ("max-model-len", po::value<int64_t>(),
+       "longest prompt + output accepted (default: the model's max_position_embeddings)");
+  return o;
+}
+
+po::options_description roofline_options() {
+  po::options_description o("Roofline cost model");
+  o.add_options()
+      ("compute-efficiency", po::value<double>()->default_value(0.70),
+       "fraction of peak bf16 FLOP/s that GEMMs reach")
+      ("memory-efficiency", po::value<double>()->default_value(0.85),
+       "fraction of peak bandwidth that memory-bound kernels reach")
+      ("iteration-overhead", po::value<std::string>()->default_value("200us"),
+       "fixed host-side cost per iteration (e.g. 200us, 0.5ms)");
+  return o;
+}
+
+po::options_description slo_options() {
+  po::options_description o("Service-level objectives (goodput)");
+  o.add_options()
+      ("slo-ttft", po::value<std::string>(), "TTFT target, e.g. 500ms")
+      ("slo-tpot", po::value<std::string>(), "TPOT target, e.g. 30ms")
+      ("slo-e2e", po::value<std::string>(), "end-to-end latency target, e.g. 20s");
+  return o;
+}
+
+WorkloadSpec workload_from(const po::variables_map& vm) {
+  WorkloadSpec w;
+  w.seed = vm["seed"].as<uint64_t>();
+  const bool has_trace = vm.count("trace") > 0;
+  if (has_trace) {
+    if (!vm["arrival"].defaulted())
+      throw InputError("--trace replays the trace's own arrivals; drop --arrival");
+    w.arrival = ArrivalProcess::Trace;
+  } else {
+    w.arrival = parse_arrival_process(vm["arrival"].as<std::string>());
+  }
+  const TraceFormat format = parse_trace_format(vm["trace-format"].as<std::string>());
+  auto trace_options = [&](const std::string& path) {
+    TraceOptions t;
+    t.path = path;
+    t.format = format;
+    t.rate_scale = vm["rate-scale"].as<double>();
+    t.window_start_s = vm["trace-start"].as<double>();
+    if (vm.count("trace-duration")) t.window_duration_s = vm["trace-duration"].as<double>();
+    if (vm.count("max-requests")) t.max_requests = vm["max-requests"].as<int64_t>();
+    if (!(t.rate_scale > 0) || !std::isfinite(t.rate_scale))
+      throw InputError(fmt::format("--rate-scale must be > 0 (got {})", t.rate_scale));
+    if (!(t.window_start_s >= 0) || !std::isfinite(t.window_start_s))
+      throw InputError(fmt::format("--trace-start must be >= 0 (got {})", t.window_start_s));
+    if (!(t.window_duration_s > 0))
+      throw InputError(fmt::format("--trace-duration must be > 0 (got {})", t.window_duration_s));
+    if (vm.count("max-requests") && t.max_requests < 1)
+      throw InputError(fmt::format("--max-requests must be >= 1 (got {})", t.max_requests));
+    return t;
+  };
+  if (has_trace) w.trace = trace_options(vm["trace"].as<std::string>());
+  if (vm.count("lengths-from-trace")) {
+    if (has_trace) throw InputError("--lengths-from-trace and --trace exclude each other");
+    w.lengths_from_trace = trace_options(vm["lengths-from-trace"].as<std::string>());
+  }
+  w.rate = vm["rate"].as<double>();
+  w.cv = vm["cv"].as<double>();
+  if (vm.count("concurrency")) w.concurrency = vm["concurrency"].as<int64_t>();
+  w.num_requests = vm["num-requests"].as<int64_t>();
+  w.prompt_len = vm["prompt-len"].as<std::string>();
+  w.output_len = vm["output-len"].as<std::string>();
+  // Validate the distributions now so their errors name the flag.
+  LengthDistribution::parse(w.prompt_len, "--prompt-len");
+  LengthDistribution::parse(w.output_len, "--output-len");
+  return w;
+}
+
+SchedulerSettings scheduler_from(const po::variables_map& vm) {
+  SchedulerSettings s;
+  s.policy = parse_scheduler_policy(vm["scheduler"].as<std::string>());
+  s.max_num_seqs = vm["max-num-seqs"].as<int32_t>();
+  if (vm.count("max-num-batched-tokens")) s.max_num_batched_tokens = vm["max-num-batched-tokens"].as<int32_t>();
+  s.block_size = vm["block-size"].as<int32_t>();
+  s.gpu_memory_utilization = vm["gpu-memory-utilization"].as<double>();
+  if (vm.count("num-gpu-blocks")) s.num_gpu_blocks = vm["num-gpu-blocks"].as<int64_t>();
+  if (vm.count("max-model-len")) s.max_model_len = vm["max-model-len"].as<int64_t>();
+  if (!(s.gpu_memory_utilization > 0 && s.gpu_memory_utilization <= 1))
+    throw InputError(fmt::format("--gpu-memory-utilization must be in (0, 1] (got {})",
+                                 s.gpu_memory_utilization));
+  return s;
+}
+
+RooflineOptions roofline_from(const po::variables_map& vm) {
+  RooflineOptions r;
+  r.compute_efficiency = vm["compute-efficiency"].as<double>();
+  r.memory_efficiency = vm["memory-efficiency"].as<double>();
+  r.iteration_overhead_s = parse_duration_s(vm["iteration-overhead"].as<std::string>(), "--iteration-overhead");
+  r.validate();
+  return r;
+}
+
+SloTargets slo_from(const po::variables_map& vm) {
+  SloTargets s;
+  if (vm.count("slo-ttft")) s.ttft_s = parse_duration_s(vm["slo-ttft"].as<std::string>(), "--slo-ttft");
+  if (vm.count("slo-tpot")) s.tpot_s = parse_duration_s(vm["slo-tpot"].as<std::string>(), "--slo-tpot");
+  if (vm.count("slo-e2e")) s.e2e_s = parse_duration_s(vm["slo-e2e"].as<std::string>(), "--slo-e2e");
+  return s;
+}
+
+po::variables_map parse_or_throw(int argc, const char* const* argv,
+                                 const po::options_description& options) {
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(argc, argv).options(options).positional({}).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw InputError(e.what());
+  }
+  return vm;
+}
+
+}  // namespace servesim::cli

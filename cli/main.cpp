@@ -1,0 +1,58 @@
+// servesim: predict how fast an LLM serves (TTFT, TPOT) and check it.
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "cli/commands.h"
+#include "sim/errors.h"
+
+namespace {
+
+void print_usage(std::FILE* to) {
+  std::fputs(
+      "usage: servesim <command> [flags]      (servesim <command> --help for its flags)\n"
+      "\n"
+      "commands:\n"
+      "  simulate   predict TTFT/TPOT of a workload with the discrete-event simulator\n"
+      "  models     list the built-in model presets (parameters, weight and KV bytes)\n"
+      "  hardware   list the built-in GPU presets (datasheet FLOP/s, bandwidth, memory)\n"
+      "\n"
+      "exit status: 0 success, 2 bad input (flag, config, trace), 1 runtime failure\n",
+      to);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    print_usage(stderr);
+    return 2;
+  }
+  const std::string command = argv[1];
+  if (command == "--help" || command == "-h" || command == "help") {
+    print_usage(stdout);
+    return 0;
+  }
+  if (command == "--version") {
+    std::printf("servesim %s\n", SERVESIM_VERSION);
+    return 0;
+  }
+  // The subcommand sees its own flags, with argv[0] = "servesim <command>".
+  const int sub_argc = argc - 1;
+  const char* const* sub_argv = argv + 1;
+  try {
+    if (command == "simulate") return servesim::cli::simulate_command(sub_argc, sub_argv);
+    if (command == "models") return servesim::cli::models_command(sub_argc, sub_argv);
+    if (command == "hardware") return servesim::cli::hardware_command(sub_argc, sub_argv);
+    std::fprintf(stderr, "servesim: unknown command '%s'\n\n", command.c_str());
+    print_usage(stderr);
+    return 2;
+  } catch (const servesim::InputError& e) {
+    std::fprintf(stderr, "servesim %s: error: %s\n", command.c_str(), e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "servesim %s: internal error: %s\n", command.c_str(), e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,98 @@
+#include "sim/hardware_spec.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "sim/errors.h"
+
+namespace servesim {
+namespace {
+
+constexpr double kTera = 1e12;
+constexpr double kGiga = 1e9;
+
+HardwareSpec gpu(std::string name, std::string description, double bf16_tflops,
+                 double bandwidth_gbps, double memory_gb, std::string source) {
+  return HardwareSpec{std::move(name), std::move(description), bf16_tflops * kTera,
+                      bandwidth_gbps * kGiga, memory_gb * kGiga, std::move(source)};
+}
+
+double positive_field(const nlohmann::json& j, const char* key, const std::string& file) {
+  if (!j.contains(key)) throw InputError(fmt::format("{}: missing required field '{}'", file, key));
+  if (!j[key].is_number())
+    throw InputError(fmt::format("{}: field '{}' must be a number (got {})", file, key, j[key].dump()));
+  double v = j[key].get<double>();
+  if (!(v > 0) || !std::isfinite(v))
+    throw InputError(fmt::format("{}: field '{}' must be > 0 (got {})", file, key, v));
+  return v;
+}
+
+}  // namespace
+
+void HardwareSpec::validate(const std::string& source_name) const {
+  if (!(bf16_flops > 0) || !(memory_bandwidth > 0) || !(memory_bytes > 0))
+    throw InputError(fmt::format("{}: FLOP/s, bandwidth and memory must all be > 0", source_name));
+}
+
+const std::vector<HardwareSpec>& hardware_presets() {
+  // Dense bf16 figures: NVIDIA's datasheets quote tensor-core FLOP/s "with
+  // sparsity"; the dense figure used here is half of that.
+  static const std::vector<HardwareSpec> presets = {
+      gpu("h100-sxm", "NVIDIA H100 SXM5 80GB HBM3", 989.4, 3350, 80,
+          "NVIDIA H100 Tensor Core GPU datasheet (2023): BF16 1,979 TFLOPS with sparsity, "
+          "3.35 TB/s, 80 GB"),
+      gpu("h200", "NVIDIA H200 SXM 141GB HBM3e", 989.4, 4800, 141,
+          "NVIDIA H200 Tensor Core GPU datasheet (2024): BF16 1,979 TFLOPS with sparsity, "
+          "4.8 TB/s, 141 GB"),
+      gpu("a100-80gb", "NVIDIA A100 SXM4 80GB HBM2e", 312, 2039, 80,
+          "NVIDIA A100 Tensor Core GPU datasheet (2021): BF16 312 TFLOPS (624 with sparsity), "
+          "2,039 GB/s, 80 GB"),
+      gpu("l40s", "NVIDIA L40S 48GB GDDR6", 362.05, 864, 48,
+          "NVIDIA L40S datasheet (2023): BF16 362.05 TFLOPS (733 with sparsity), 864 GB/s, 48 GB"),
+      gpu("b200", "NVIDIA B200 (HGX B200) 180GB HBM3e", 2250, 8000, 180,
+          "NVIDIA HGX B200 datasheet (2024): FP16/BF16 4.5 PFLOPS with sparsity per GPU, "
+          "8 TB/s, 180 GB per GPU (1.44 TB per 8-GPU board)"),
+      gpu("rtx-4090", "NVIDIA GeForce RTX 4090 24GB GDDR6X", 165.2, 1008, 24,
+          "NVIDIA Ada Lovelace architecture whitepaper (2022), RTX 4090: BF16 tensor with FP32 "
+          "accumulate 165.2 TFLOPS (330.4 with sparsity), 1,008 GB/s, 24 GB"),
+  };
+  return presets;
+}
+
+HardwareSpec resolve_hardware(const std::string& name_or_path) {
+  std::string key = name_or_path;
+  std::transform(key.begin(), key.end(), key.begin(), [](unsigned char c) { return std::tolower(c); });
+  for (const auto& h : hardware_presets())
+    if (h.name == key) return h;
+
+  if (std::filesystem::is_regular_file(name_or_path)) {
+    std::ifstream in(name_or_path);
+    nlohmann::json j;
+    try {
+      in >> j;
+    } catch (const nlohmann::json::exception& e) {
+      throw InputError(fmt::format("{}: not valid JSON ({})", name_or_path, e.what()));
+    }
+    if (!j.is_object()) throw InputError(fmt::format("{}: expected a JSON object", name_or_path));
+    HardwareSpec h = gpu(j.value("name", name_or_path), j.value("description", std::string()),
+                         positive_field(j, "bf16_tflops", name_or_path),
+                         positive_field(j, "memory_bandwidth_gbps", name_or_path),
+                         positive_field(j, "memory_gb", name_or_path),
+                         "user file " + name_or_path);
+    return h;
+  }
+  std::string names;
+  for (const auto& h : hardware_presets()) names += (names.empty() ? "" : ", ") + h.name;
+  throw InputError(fmt::format(
+      "--hardware: '{}' is neither a preset ({}) nor a JSON file with bf16_tflops, "
+      "memory_bandwidth_gbps and memory_gb",
+      name_or_path, names));
+}
+
+}  // namespace servesim

@@ -1,0 +1,82 @@
+// What one forward pass does: the contract between the scheduler and an
+// executor (cost model or real decoder).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace servesim {
+
+// One sequence's share of an iteration. Its new query tokens are packed with
+// every other sequence's (varlen batch) and attend causally to the sequence's
+// own cached history.
+struct ScheduledSequence {
+  int64_t request_id = 0;
+  // New tokens computed this iteration: a prefill chunk, 1 for a decode, or
+  // k+1 for a speculative verification.
+  int32_t num_query_tokens = 0;
+  // Tokens whose K and V are already in the cache before this iteration.
+  int32_t num_cached_tokens = 0;
+  // True while the sequence is (re)computing its prompt; false once decoding.
+  bool is_prefill = false;
+  // True when the iteration ends with a sampled token for this sequence: the
+  // last chunk of a prefill, and every decode.
+  bool samples = false;
+  // The sequence's KV blocks (ids into the cache), owned by the scheduler's
+  // block manager and valid until the next schedule() call. They cover at
+  // least num_cached_tokens + num_query_tokens tokens.
+  std::span<const int32_t> block_table;
+};
+
+struct IterationPlan {
+  int64_t index = 0;  // 0, 1, 2, ... in the order the runner executes them
+  std::vector<ScheduledSequence> sequences;
+
+  // Aggregates over `sequences`, filled by the scheduler.
+  int32_t num_prefill_tokens = 0;    // query tokens of prefill sequences
+  int32_t num_decode_tokens = 0;     // query tokens of decode sequences
+  int32_t num_prefill_sequences = 0;
+  int32_t num_decode_sequences = 0;
+  int32_t num_sampling_sequences = 0;
+
+  bool empty() const { return sequences.empty(); }
+  int32_t num_tokens() const { return num_prefill_tokens + num_decode_tokens; }
+  void clear() {
+    sequences.clear();
+    num_prefill_tokens = num_decode_tokens = 0;
+    num_prefill_sequences = num_decode_sequences = num_sampling_sequences = 0;
+  }
+  void add(const ScheduledSequence& s) {
+    sequences.push_back(s);
+    if (s.is_prefill) {
+      num_prefill_tokens += s.num_query_tokens;
+      ++num_prefill_sequences;
+    } else {
+      num_decode_tokens += s.num_query_tokens;
+      ++num_decode_sequences;
+    }
+    if (s.samples) ++num_sampling_sequences;
+  }
+};
+
+// What an executor reports back for one plan.
+struct IterationResult {
+  // Time the iteration took: predicted by a cost model, measured by a real
+  // executor. Seconds.
+  double duration_s = 0.0;
+  // Tokens emitted by each sequence of the plan, in plan order. Left empty,
+  // it means one token for every sampling sequence (no speculation).
+  std::vector<int32_t> emitted_tokens;
+  // Sequences that hit end-of-sequence (real decoder with --honor-eos), in
+  // plan order; empty means none did.
+  std::vector<uint8_t> finished;
+
+  void reset() {
+    duration_s = 0.0;
+    emitted_tokens.clear();
+    finished.clear();
+  }
+};
+
+}  // namespace servesim

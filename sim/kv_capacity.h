@@ -1,0 +1,17 @@
+// How many KV blocks fit on a device once the weights are loaded.
+#pragma once
+
+#include <cstdint>
+
+#include "sim/hardware_spec.h"
+#include "sim/model_spec.h"
+
+namespace servesim {
+
+// floor((memory x utilization - weight bytes) / (block_size x KV bytes per
+// token)), as vLLM sizes its cache (without its activation-peak profiling).
+// Throws InputError when the weights leave no room for a single block.
+int64_t kv_capacity_blocks(const ModelSpec& model, const HardwareSpec& hardware,
+                           double gpu_memory_utilization, int32_t block_size);
+
+}  // namespace servesim

@@ -1,0 +1,123 @@
+// What a run records, and the metrics computed from it (DESIGN.md):
+//   TTFT  = first token emitted - arrival (includes queueing)
+//   TPOT  = (last token - first token) / (output tokens - 1), per request with
+//           >= 2 output tokens; aggregated request-weighted (vLLM's benchmark)
+//   ITL   = gaps between successive emissions of a request (an emission may
+//           carry several tokens with speculative decoding)
+//   E2E   = completion - arrival;  queueing = first scheduled - arrival
+//   throughput = completed requests (output tokens) / duration, where
+//           duration = last completion - first arrival
+//   goodput = requests that meet every given SLO / duration
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sim/scheduler.h"
+#include "sim/stats.h"
+
+namespace servesim {
+
+struct RequestRecord {
+  int64_t id = 0;
+  double arrival_s = 0;
+  int32_t prompt_tokens = 0;
+  int32_t output_tokens = 0;  // asked for
+  double first_scheduled_s = -1;
+  double first_token_s = -1;
+  double last_token_s = -1;
+  double finish_s = -1;
+  int32_t tokens_emitted = 0;
+  int32_t emissions = 0;
+  int32_t preemptions = 0;
+  int32_t rejection = -1;  // index into RunRecords::rejection_reasons, -1 if accepted
+
+  bool submitted() const { return arrival_s >= 0; }
+  bool completed() const { return finish_s >= 0; }
+  bool rejected() const { return rejection >= 0; }
+};
+
+struct IterationRecord {
+  int64_t index = 0;
+  double start_s = 0;
+  double duration_s = 0;
+  int32_t prefill_tokens = 0;
+  int32_t decode_tokens = 0;
+  int32_t prefill_sequences = 0;
+  int32_t decode_sequences = 0;
+  int32_t sampled_sequences = 0;
+  int64_t kv_blocks_used = 0;  // after the iteration's allocations
+  int32_t waiting = 0;         // queue length when it was scheduled
+};
+
+struct RunRecords {
+  std::vector<RequestRecord> requests;  // indexed by request id
+  std::vector<IterationRecord> iterations;
+  std::vector<std::string> rejection_reasons;
+  StreamingSamples itl_s;  // every inter-token gap
+  int64_t num_iterations = 0;
+  int64_t preemptions = 0;
+  int64_t peak_kv_blocks = 0;
+  int64_t num_gpu_blocks = 0;
+  int32_t block_size = 0;
+  double end_s = 0;  // clock when the last request finished
+};
+
+// Records scheduler events at the runner's current time.
+class MetricsRecorder final : public SchedulerListener {
+ public:
+  explicit MetricsRecorder(RunRecords& records) : records_(records) {}
+  void set_now(double now_s) { now_ = now_s; }
+
+  void on_arrival(int64_t id, double arrival_s, int32_t prompt, int32_t output);
+  void on_rejected(int64_t id, const std::string& reason);
+  void on_first_scheduled(int64_t id) override;
+  void on_tokens(int64_t id, int32_t tokens) override;
+  void on_finished(int64_t id) override;
+  void on_preempted(int64_t id) override;
+
+  // Requests finished since the last call (closed-loop arrivals follow them).
+  int64_t take_finished() {
+    int64_t n = finished_since_;
+    finished_since_ = 0;
+    return n;
+  }
+
+ private:
+  RunRecords& records_;
+  double now_ = 0;
+  int64_t finished_since_ = 0;
+};
+
+struct SloTargets {
+  std::optional<double> ttft_s, tpot_s, e2e_s;
+  bool any() const { return ttft_s || tpot_s || e2e_s; }
+};
+
+struct RunSummary {
+  Distribution ttft_s, tpot_s, itl_s, e2e_s, queueing_s;
+  bool itl_exact = true;
+  int64_t submitted = 0, completed = 0, rejected = 0;
+  int64_t prompt_tokens = 0, output_tokens = 0;
+  double duration_s = 0;
+  double requests_per_s = 0, output_tokens_per_s = 0;
+  std::optional<double> goodput_requests_per_s;
+  int64_t slo_met = 0;
+  int64_t preemptions = 0;
+  int64_t iterations = 0;
+  int64_t peak_kv_blocks = 0, num_gpu_blocks = 0;
+  double peak_kv_utilization = 0;
+  double mean_batch_tokens = 0, mean_batch_sequences = 0;
+  std::vector<std::pair<std::string, int64_t>> rejections;  // reason, count
+};
+
+// True when the request completed and meets every SLO that is set. A request
+// with one output token has no TPOT and meets any TPOT target.
+bool meets_slo(const RequestRecord& r, const SloTargets& slo);
+double request_tpot_s(const RequestRecord& r);  // -1 when undefined
+
+RunSummary summarize_run(RunRecords& records, const SloTargets& slo);
+
+}  // namespace servesim

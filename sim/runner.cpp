@@ -1,0 +1,99 @@
+#include "sim/runner.h"
+
+#include <chrono>
+
+namespace servesim {
+
+RunRecords Runner::run(const Workload& workload) {
+  const auto& requests = workload.requests;
+  const int64_t total = int64_t(requests.size());
+  RunRecords records;
+  records.requests.resize(requests.size());
+  for (auto& r : records.requests) r.arrival_s = -1;  // not yet submitted
+  records.num_gpu_blocks = scheduler_.kv().num_blocks();
+  records.block_size = scheduler_.kv().block_size();
+  MetricsRecorder recorder(records);
+
+  int64_t next = 0;      // next request to submit
+  int64_t finished = 0;  // completed or rejected
+  auto submit = [&](const Request& r, double arrival_s) {
+    recorder.set_now(arrival_s);
+    recorder.on_arrival(r.id, arrival_s, r.prompt_tokens, r.output_tokens);
+    Request accepted = r;
+    accepted.arrival_s = arrival_s;
+    if (auto reason = scheduler_.add_request(accepted)) recorder.on_rejected(r.id, *reason);
+  };
+  // Closed loop: each finished (or rejected) request lets its client send
+  // the next one at that moment.
+  auto release_closed_loop = [&](int64_t count) {
+    for (; count > 0 && next < total; --count) submit(requests[size_t(next++)], clock_.now());
+  };
+  auto absorb_finished = [&] {
+    int64_t n = recorder.take_finished();
+    finished += n;
+    if (workload.closed_loop) release_closed_loop(n);
+  };
+
+  if (workload.closed_loop) {
+    release_closed_loop(workload.concurrency);
+    absorb_finished();  // rejections at release free their client at once
+  }
+
+  IterationPlan plan;
+  int64_t iteration = 0;
+  IterationResult result;
+  const auto wall_start = std::chrono::steady_clock::now();
+  auto last_report = wall_start;
+  for (;;) {
+    if (!workload.closed_loop) {
+      while (next < total && requests[size_t(next)].arrival_s <= clock_.now()) {
+        const Request& r = requests[size_t(next++)];
+        submit(r, r.arrival_s);
+      }
+      absorb_finished();
+    }
+    if (!scheduler_.has_unfinished()) {
+      if (workload.closed_loop || next >= total) break;
+      clock_.wait_until(requests[size_t(next)].arrival_s);
+      continue;
+    }
+
+    recorder.set_now(clock_.now());
+    plan.index = iteration++;
+    IterationRecord rec;
+    rec.index = plan.index;
+    rec.start_s = clock_.now();
+    rec.waiting = int32_t(scheduler_.num_waiting());
+    scheduler_.schedule(plan, recorder);
+
+    result.reset();
+    executor_.execute(plan, result);
+    clock_.advance(result.duration_s);
+    recorder.set_now(clock_.now());
+    rec.kv_blocks_used = scheduler_.kv().num_used();
+    scheduler_.complete(plan, result, recorder);
+    absorb_finished();
+
+    rec.duration_s = result.duration_s;
+    rec.prefill_tokens = plan.num_prefill_tokens;
+    rec.decode_tokens = plan.num_decode_tokens;
+    rec.prefill_sequences = plan.num_prefill_sequences;
+    rec.decode_sequences = plan.num_decode_sequences;
+    rec.sampled_sequences = plan.num_sampling_sequences;
+    if (keep_iterations_) records.iterations.push_back(rec);
+
+    if (progress_ && (plan.index & 1023) == 0) {
+      const auto now = std::chrono::steady_clock::now();
+      if (now - last_report > std::chrono::seconds(1)) {
+        last_report = now;
+        progress_(RunProgress{finished, total, plan.index + 1, clock_.now()});
+      }
+    }
+  }
+  records.num_iterations = iteration;
+  records.preemptions = scheduler_.num_preemptions();
+  records.peak_kv_blocks = scheduler_.kv().peak_used();
+  return records;
+}
+
+}  // namespace servesim

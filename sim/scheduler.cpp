@@ -1,0 +1,270 @@
+#include "sim/scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "sim/errors.h"
+
+namespace servesim {
+
+SchedulerPolicy parse_scheduler_policy(const std::string& name) {
+  if (name == "static") return SchedulerPolicy::Static;
+  if (name == "continuous") return SchedulerPolicy::Continuous;
+  if (name == "chunked") return SchedulerPolicy::Chunked;
+  throw InputError(fmt::format("--scheduler: '{}' is not one of static, continuous, chunked", name));
+}
+
+std::string to_string(SchedulerPolicy p) {
+  switch (p) {
+    case SchedulerPolicy::Static: return "static";
+    case SchedulerPolicy::Continuous: return "continuous";
+    case SchedulerPolicy::Chunked: return "chunked";
+  }
+  return "?";
+}
+
+void SchedulerConfig::validate() const {
+  if (max_num_seqs < 1)
+    throw InputError(fmt::format("--max-num-seqs must be >= 1 (got {})", max_num_seqs));
+  if (max_num_batched_tokens < 1)
+    throw InputError(
+        fmt::format("--max-num-batched-tokens must be >= 1 (got {})", max_num_batched_tokens));
+  if (block_size < 1 || block_size > 4096)
+    throw InputError(fmt::format("--block-size must be in 1 .. 4096 (got {})", block_size));
+  if (num_gpu_blocks < 1)
+    throw InputError(fmt::format("--num-gpu-blocks must be >= 1 (got {})", num_gpu_blocks));
+  if (max_model_len < 1)
+    throw InputError(fmt::format("--max-model-len must be >= 1 (got {})", max_model_len));
+  if (!(watermark >= 0 && watermark < 1))
+    throw InputError(fmt::format("KV watermark must be in [0, 1) (got {})", watermark));
+}
+
+Scheduler::Scheduler(const SchedulerConfig& config)
+    : config_(config), kv_((config.validate(), config.num_gpu_blocks), config.block_size) {
+  watermark_blocks_ = int64_t(std::floor(config_.watermark * double(config_.num_gpu_blocks)));
+}
+
+int32_t Scheduler::new_slot() {
+  if (!free_slots_.empty()) {
+    int32_t slot = free_slots_.back();
+    free_slots_.pop_back();
+    return slot;
+  }
+  slots_.emplace_back();
+  return int32_t(slots_.size() - 1);
+}
+
+void Scheduler::free_slot(int32_t slot) {
+  Sequence& s = slots_[size_t(slot)];
+  kv_.release(s.blocks);
+  std::vector<int32_t> keep = std::move(s.blocks);  // keep the capacity for reuse
+  s = Sequence{};
+  s.blocks = std::move(keep);
+  free_slots_.push_back(slot);
+}
+
+std::optional<std::string> Scheduler::add_request(const Request& r) {
+  // Reasons name the limit, not the request, so a run has few distinct ones.
+  const int64_t longest = int64_t(r.prompt_tokens) + r.output_tokens;
+  if (r.prompt_tokens < 1 || r.output_tokens < 1) return "empty prompt or output";
+  if (longest > config_.max_model_len)
+    return fmt::format("prompt + output longer than the max model length ({} tokens)",
+                       config_.max_model_len);
+  // A preempted sequence is readmitted with up to prompt + output tokens, and
+  // admissions keep the watermark free: both must fit in an empty cache.
+  const int64_t usable = kv_.num_blocks() - watermark_blocks_;
+  if (kv_.blocks_for(longest) > usable)
+    return fmt::format("prompt + output needs more KV blocks than the cache admits ({} blocks of {} tokens)",
+                       usable, kv_.block_size());
+  // Without chunking a whole (re)computed prompt must fit one iteration.
+  if (config_.policy != SchedulerPolicy::Chunked && longest > config_.max_num_batched_tokens)
+    return fmt::format("prompt + output longer than --max-num-batched-tokens ({}), which the {} policy cannot split",
+                       config_.max_num_batched_tokens, to_string(config_.policy));
+
+  const int32_t slot = new_slot();
+  Sequence& s = slots_[size_t(slot)];
+  s.request_id = r.id;
+  s.prompt_tokens = r.prompt_tokens;
+  s.output_tokens = r.output_tokens;
+  waiting_.push_back(slot);
+  return std::nullopt;
+}
+
+bool Scheduler::admission_fits(const Sequence& s, int64_t tokens) const {
+  const int64_t need = kv_.blocks_for(tokens) - int64_t(s.blocks.size());
+  return kv_.num_free() - need >= watermark_blocks_;
+}
+
+void Scheduler::add_to_plan(IterationPlan& plan, int32_t slot, int32_t query_tokens,
+                            SchedulerListener& listener) {
+  Sequence& s = slots_[size_t(slot)];
+  if (!s.ever_scheduled) {
+    s.ever_scheduled = true;
+    listener.on_first_scheduled(s.request_id);
+  }
+  ScheduledSequence item;
+  item.request_id = s.request_id;
+  item.num_query_tokens = query_tokens;
+  item.num_cached_tokens = s.computed;
+  item.is_prefill = s.in_prefill();
+  item.samples = s.computed + query_tokens == s.total();
+  item.block_table = std::span<const int32_t>(s.blocks);
+  plan.add(item);
+  planned_slots_.push_back(slot);
+}
+
+void Scheduler::preempt(int32_t slot, SchedulerListener& listener) {
+  Sequence& s = slots_[size_t(slot)];
+  kv_.release(s.blocks);
+  s.computed = 0;  // recompute: prompt and generated tokens are prefilled again
+  ++preemptions_;
+  listener.on_preempted(s.request_id);
+  auto it = std::find(running_.begin(), running_.end(), slot);
+  running_.erase(it);
+  waiting_.push_front(slot);
+}
+
+bool Scheduler::reserve_decode_slot(size_t i, SchedulerListener& listener) {
+  const int32_t slot = running_[i];
+  while (!kv_.grow_to(slots_[size_t(slot)].blocks, slots_[size_t(slot)].computed + 1)) {
+    const int32_t victim = running_.back();  // the newest admission goes first (vLLM)
+    preempt(victim, listener);
+    if (victim == slot) return false;
+  }
+  return true;
+}
+
+void Scheduler::schedule(IterationPlan& plan, SchedulerListener& listener) {
+  plan.clear();
+  planned_slots_.clear();
+  switch (config_.policy) {
+    case SchedulerPolicy::Static: schedule_static(plan, listener); break;
+    case SchedulerPolicy::Continuous: schedule_continuous(plan, listener); break;
+    case SchedulerPolicy::Chunked: schedule_chunked(plan, listener); break;
+  }
+  if (plan.empty() && has_unfinished())
+    throw std::logic_error(fmt::format(
+        "scheduler stalled with {} waiting and {} running sequences", waiting_.size(),
+        running_.size()));
+}
+
+void Scheduler::schedule_static(IterationPlan& plan, SchedulerListener& listener) {
+  if (running_.empty()) {
+    // Form the next batch: FCFS, up to max_num_seqs, prompts within the token
+    // budget, each with blocks reserved for its whole lifetime.
+    int64_t tokens = 0;
+    while (!waiting_.empty() && running_.size() < size_t(config_.max_num_seqs)) {
+      Sequence& s = slots_[size_t(waiting_.front())];
+      if (tokens + s.remaining() > config_.max_num_batched_tokens) break;
+      if (!kv_.grow_to(s.blocks, int64_t(s.prompt_tokens) + s.output_tokens)) break;
+      tokens += s.remaining();
+      running_.push_back(waiting_.front());
+      waiting_.pop_front();
+    }
+  }
+  for (int32_t slot : running_) add_to_plan(plan, slot, slots_[size_t(slot)].remaining(), listener);
+}
+
+void Scheduler::schedule_continuous(IterationPlan& plan, SchedulerListener& listener) {
+  // Prefills first: admit waiting prompts FCFS while they fit.
+  int64_t tokens = 0;
+  while (!waiting_.empty() && running_.size() < size_t(config_.max_num_seqs)) {
+    const int32_t slot = waiting_.front();
+    Sequence& s = slots_[size_t(slot)];
+    if (tokens + s.remaining() > config_.max_num_batched_tokens) break;
+    if (!admission_fits(s, s.total())) break;
+    kv_.grow_to(s.blocks, s.total());
+    tokens += s.remaining();
+    waiting_.pop_front();
+    running_.push_back(slot);
+    add_to_plan(plan, slot, s.remaining(), listener);
+  }
+  if (!plan.empty()) return;  // prefill-only iteration
+
+  // Otherwise every running sequence decodes one token.
+  for (size_t i = 0; i < running_.size(); ++i) {
+    if (!reserve_decode_slot(i, listener)) break;
+    add_to_plan(plan, running_[i], 1, listener);
+  }
+}
+
+void Scheduler::schedule_chunked(IterationPlan& plan, SchedulerListener& listener) {
+  for (;;) {
+    int64_t budget = config_.max_num_batched_tokens;
+    // 1. Running decodes, one token each, preempting the newest if blocks run out.
+    for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+      if (slots_[size_t(running_[i])].in_prefill()) continue;
+      if (!reserve_decode_slot(i, listener)) break;
+      add_to_plan(plan, running_[i], 1, listener);
+      budget -= 1;
+    }
+    // 2. Ongoing prefills, as much of each as budget and free blocks allow.
+    for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+      const int32_t slot = running_[i];
+      Sequence& s = slots_[size_t(slot)];
+      if (!s.in_prefill()) continue;
+      const int64_t room = (int64_t(s.blocks.size()) + kv_.num_free()) * kv_.block_size() - s.computed;
+      const int64_t chunk = std::min({int64_t(s.remaining()), budget, room});
+      if (chunk <= 0) continue;
+      kv_.grow_to(s.blocks, s.computed + chunk);
+      add_to_plan(plan, slot, int32_t(chunk), listener);
+      budget -= chunk;
+    }
+    // 3. New prompts, FCFS, while budget, sequence slots and blocks allow.
+    while (budget > 0 && !waiting_.empty() && running_.size() < size_t(config_.max_num_seqs)) {
+      const int32_t slot = waiting_.front();
+      Sequence& s = slots_[size_t(slot)];
+      const int64_t chunk = std::min(int64_t(s.remaining()), budget);
+      if (!admission_fits(s, s.computed + chunk)) break;
+      kv_.grow_to(s.blocks, s.computed + chunk);
+      waiting_.pop_front();
+      running_.push_back(slot);
+      add_to_plan(plan, slot, int32_t(chunk), listener);
+      budget -= chunk;
+    }
+    if (!plan.empty() || running_.empty()) return;
+    // Every running sequence is a prefill stuck without blocks: free the
+    // newest one's blocks so the others can go on.
+    preempt(running_.back(), listener);
+  }
+}
+
+void Scheduler::complete(const IterationPlan& plan, const IterationResult& result,
+                         SchedulerListener& listener) {
+  if (planned_slots_.size() != plan.sequences.size())
+    throw std::logic_error("Scheduler::complete called with a plan it did not make");
+  bool any_finished = false;
+  for (size_t k = 0; k < plan.sequences.size(); ++k) {
+    const ScheduledSequence& item = plan.sequences[k];
+    Sequence& s = slots_[size_t(planned_slots_[k])];
+    if (!item.samples) {
+      s.computed += item.num_query_tokens;
+      continue;
+    }
+    int32_t emitted = result.emitted_tokens.empty() ? 1 : result.emitted_tokens[k];
+    emitted = std::clamp(emitted, 1, s.output_tokens - s.generated);
+    // A prefill's KV is complete; a decode keeps the KV of the tokens it
+    // emitted (with speculation, rejected drafts are rolled back).
+    s.computed += item.is_prefill ? item.num_query_tokens : std::min(item.num_query_tokens, emitted);
+    s.generated += emitted;
+    listener.on_tokens(s.request_id, emitted);
+    const bool eos = !result.finished.empty() && result.finished[k];
+    if (s.generated >= s.output_tokens || eos) {
+      s.finished = true;
+      any_finished = true;
+      listener.on_finished(s.request_id);
+    }
+  }
+  if (!any_finished) return;
+  auto done = std::remove_if(running_.begin(), running_.end(), [&](int32_t slot) {
+    if (!slots_[size_t(slot)].finished) return false;
+    free_slot(slot);
+    return true;
+  });
+  running_.erase(done, running_.end());
+}
+
+}  // namespace servesim

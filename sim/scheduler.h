@@ -1,0 +1,135 @@
+// The one scheduler: decides each iteration's batch, for a simulation and
+// for a real run alike. It owns the waiting queue, the running sequences and
+// the KV block manager; it knows nothing of costs.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sim/iteration_plan.h"
+#include "sim/kv_block_manager.h"
+#include "sim/request.h"
+
+namespace servesim {
+
+enum class SchedulerPolicy {
+  // Batches of up to max_num_seqs requests run to completion; nobody joins a
+  // running batch. KV blocks for prompt + output are reserved on admission.
+  Static,
+  // Iteration-level batching as vLLM V0 without chunked prefill: waiting
+  // prompts join whenever KV blocks allow, in prefill-only iterations that
+  // take priority over decodes; otherwise every running sequence decodes.
+  Continuous,
+  // Chunked prefill with a token budget per iteration, stall-free as in
+  // Sarathi-Serve: running decodes first, then ongoing prefill chunks, then
+  // new prompts, until max_num_batched_tokens is spent.
+  Chunked,
+};
+
+SchedulerPolicy parse_scheduler_policy(const std::string& name);  // InputError if unknown
+std::string to_string(SchedulerPolicy p);
+
+struct SchedulerConfig {
+  SchedulerPolicy policy = SchedulerPolicy::Chunked;
+  int32_t max_num_seqs = 256;            // vLLM's default
+  int32_t max_num_batched_tokens = 2048; // token budget per iteration
+  int32_t block_size = 16;               // tokens per KV block
+  int64_t num_gpu_blocks = 0;            // KV capacity in blocks
+  int64_t max_model_len = 0;             // longest prompt + output accepted
+  // Fraction of the KV blocks kept free when admitting a new prompt, so a
+  // fresh admission does not force an immediate preemption (vLLM V0: 0.01).
+  double watermark = 0.01;
+
+  // Throws InputError naming the flag of the first bad value.
+  void validate() const;
+};
+
+// Told about what happens to each request, in time order. The runner
+// implements it to record the metrics.
+class SchedulerListener {
+ public:
+  virtual ~SchedulerListener() = default;
+  // First time a request is put in a plan (once, before its first iteration).
+  virtual void on_first_scheduled(int64_t request_id) = 0;
+  // `tokens` output tokens were emitted at the end of the current iteration.
+  virtual void on_tokens(int64_t request_id, int32_t tokens) = 0;
+  virtual void on_finished(int64_t request_id) = 0;
+  // Its KV blocks were taken back; it will recompute prompt + generated tokens.
+  virtual void on_preempted(int64_t request_id) = 0;
+};
+
+class Scheduler {
+ public:
+  explicit Scheduler(const SchedulerConfig& config);
+
+  const SchedulerConfig& config() const { return config_; }
+  const KvBlockManager& kv() const { return kv_; }
+
+  // Queues a request that has arrived. Returns the reason when it can never
+  // be served (too long for the model or for the whole KV cache, or for one
+  // iteration's token budget under a policy that cannot chunk); it is then
+  // not queued.
+  std::optional<std::string> add_request(const Request& request);
+
+  // Fills `plan` (cleared first) with the next iteration's batch. The plan is
+  // empty only when nothing is waiting or running.
+  void schedule(IterationPlan& plan, SchedulerListener& listener);
+
+  // Applies the executed iteration: advances each sequence's cache, emits its
+  // tokens, retires finished sequences and frees their blocks.
+  void complete(const IterationPlan& plan, const IterationResult& result,
+                SchedulerListener& listener);
+
+  bool has_unfinished() const { return !waiting_.empty() || !running_.empty(); }
+  size_t num_waiting() const { return waiting_.size(); }
+  size_t num_running() const { return running_.size(); }
+  int64_t num_preemptions() const { return preemptions_; }
+
+ private:
+  struct Sequence {
+    int64_t request_id = 0;
+    int32_t prompt_tokens = 0;
+    int32_t output_tokens = 0;
+    int32_t generated = 0;  // output tokens emitted so far
+    int32_t computed = 0;   // tokens whose KV is in the cache
+    bool ever_scheduled = false;
+    bool finished = false;
+    std::vector<int32_t> blocks;
+    // Tokens the sequence holds: prompt, then every generated token. Its KV
+    // is complete when computed == total() - 1 (the newest token is the next
+    // decode's query) or, during a prefill, grows to total().
+    int32_t total() const { return prompt_tokens + generated; }
+    int32_t remaining() const { return total() - computed; }
+    bool in_prefill() const { return remaining() > 1 || generated == 0; }
+  };
+
+  int32_t new_slot();
+  void free_slot(int32_t slot);
+  void add_to_plan(IterationPlan& plan, int32_t slot, int32_t query_tokens,
+                   SchedulerListener& listener);
+  void preempt(int32_t slot, SchedulerListener& listener);
+  bool admission_fits(const Sequence& s, int64_t tokens) const;
+
+  void schedule_static(IterationPlan& plan, SchedulerListener& listener);
+  void schedule_continuous(IterationPlan& plan, SchedulerListener& listener);
+  void schedule_chunked(IterationPlan& plan, SchedulerListener& listener);
+  // Decode step for running[i]: grows its blocks by one token, preempting the
+  // newest running sequences while blocks are short. Returns false if the
+  // sequence preempted itself.
+  bool reserve_decode_slot(size_t i, SchedulerListener& listener);
+
+  SchedulerConfig config_;
+  KvBlockManager kv_;
+  std::vector<Sequence> slots_;  // sequence storage, reused to keep block vectors' capacity
+  std::vector<int32_t> free_slots_;
+  std::deque<int32_t> waiting_;  // FCFS; preempted sequences go back to the front
+  std::vector<int32_t> running_; // admission order: the last one is preempted first
+  std::vector<int32_t> planned_slots_;  // slot of each sequence in the current plan
+  int64_t watermark_blocks_ = 0;
+  int64_t preemptions_ = 0;
+};
+
+}  // namespace servesim

@@ -1,0 +1,64 @@
+// One simulation end to end: a workload served by the scheduler with the
+// roofline cost model on a virtual clock. Shared by the CLI, the benchmarks
+// and the tests.
+#pragma once
+
+#include <functional>
+#include <optional>
+
+#include <nlohmann/json.hpp>
+
+#include "sim/hardware_spec.h"
+#include "sim/metrics.h"
+#include "sim/model_spec.h"
+#include "sim/roofline_model.h"
+#include "sim/runner.h"
+#include "sim/scheduler.h"
+#include "sim/workload.h"
+
+namespace servesim {
+
+// Scheduler settings as the user gives them; unset ones take defaults that
+// depend on the model, the hardware and the policy.
+struct SchedulerSettings {
+  SchedulerPolicy policy = SchedulerPolicy::Chunked;
+  int32_t max_num_seqs = 256;  // vLLM's default
+  // Default: 2048 for chunked (vLLM's chunked-prefill default), otherwise
+  // max(max_model_len, 2048) as vLLM V0 without chunking.
+  std::optional<int32_t> max_num_batched_tokens;
+  int32_t block_size = 16;
+  double gpu_memory_utilization = 0.9;
+  // Default: kv_capacity_blocks(model, hardware, utilization, block size).
+  std::optional<int64_t> num_gpu_blocks;
+  // Default: the model's max_position_embeddings; may not exceed it.
+  std::optional<int64_t> max_model_len;
+};
+
+SchedulerConfig resolve_scheduler_config(const SchedulerSettings& settings, const ModelSpec& model,
+                                         const HardwareSpec& hardware);
+
+struct SimulationSetup {
+  ModelSpec model;
+  HardwareSpec hardware;
+  SchedulerSettings scheduler;
+  RooflineOptions roofline;
+  WorkloadSpec workload;
+  SloTargets slo;
+  bool keep_iterations = true;
+};
+
+struct SimulationOutput {
+  SchedulerConfig scheduler;  // as resolved
+  RunRecords records;
+  RunSummary summary;
+};
+
+SimulationOutput simulate(const SimulationSetup& setup,
+                          std::function<void(const RunProgress&)> progress = {});
+SimulationOutput simulate_workload(const SimulationSetup& setup, const Workload& workload,
+                                   std::function<void(const RunProgress&)> progress = {});
+
+// Every setting of the run, for summary.json's "config".
+nlohmann::json setup_to_json(const SimulationSetup& setup, const SchedulerConfig& resolved);
+
+}  // namespace servesim

@@ -1,0 +1,100 @@
+#include "sim/stats.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace servesim {
+namespace {
+// Histogram range: 1 ns .. 1e6 s with bins growing by 0.1%.
+constexpr double kHistLow = 1e-9;
+constexpr double kHistRatio = 1.001;
+const double kLogRatio = std::log(kHistRatio);
+const size_t kHistBins = size_t(std::ceil(std::log(1e6 / kHistLow) / std::log(kHistRatio))) + 1;
+}  // namespace
+
+double percentile_sorted(const std::vector<double>& sorted, double p) {
+  const double h = (double(sorted.size()) - 1.0) * p / 100.0;
+  const size_t lo = size_t(std::floor(h));
+  const size_t hi = std::min(lo + 1, sorted.size() - 1);
+  return sorted[lo] + (h - double(lo)) * (sorted[hi] - sorted[lo]);
+}
+
+Distribution summarize(std::vector<double>& values) {
+  Distribution d;
+  if (values.empty()) return d;
+  std::sort(values.begin(), values.end());
+  d.count = int64_t(values.size());
+  double sum = 0;
+  for (double v : values) sum += v;
+  d.mean = sum / double(values.size());
+  d.p50 = percentile_sorted(values, 50);
+  d.p90 = percentile_sorted(values, 90);
+  d.p95 = percentile_sorted(values, 95);
+  d.p99 = percentile_sorted(values, 99);
+  d.min = values.front();
+  d.max = values.back();
+  return d;
+}
+
+StreamingSamples::StreamingSamples(size_t exact_limit) : exact_limit_(exact_limit) {}
+
+void StreamingSamples::add(double value) {
+  if (count_ == 0) {
+    min_ = max_ = value;
+  } else {
+    min_ = std::min(min_, value);
+    max_ = std::max(max_, value);
+  }
+  ++count_;
+  sum_ += value;
+  if (histogram_.empty()) {
+    values_.push_back(value);
+    if (values_.size() > exact_limit_) move_to_histogram();
+  } else {
+    add_to_histogram(value);
+  }
+}
+
+void StreamingSamples::move_to_histogram() {
+  histogram_.assign(kHistBins, 0);
+  for (double v : values_) add_to_histogram(v);
+  values_.clear();
+  values_.shrink_to_fit();
+}
+
+void StreamingSamples::add_to_histogram(double value) {
+  const double clamped = std::max(value, kHistLow);
+  size_t bin = size_t(std::log(clamped / kHistLow) / kLogRatio);
+  histogram_[std::min(bin, kHistBins - 1)] += 1;
+}
+
+double StreamingSamples::bin_value(size_t bin) const {
+  // Geometric centre of the bin.
+  return kHistLow * std::exp((double(bin) + 0.5) * kLogRatio);
+}
+
+Distribution StreamingSamples::summarize() {
+  if (histogram_.empty()) return servesim::summarize(values_);
+  Distribution d;
+  d.count = count_;
+  d.mean = sum_ / double(count_);
+  d.min = min_;
+  d.max = max_;
+  // Rank-based lookup: the value of the sample at rank floor((n-1) p / 100).
+  auto at_rank = [&](int64_t rank) {
+    int64_t seen = 0;
+    for (size_t b = 0; b < histogram_.size(); ++b) {
+      seen += histogram_[b];
+      if (seen > rank) return std::clamp(bin_value(b), min_, max_);
+    }
+    return max_;
+  };
+  auto pct = [&](double p) { return at_rank(int64_t(std::floor(double(count_ - 1) * p / 100.0))); };
+  d.p50 = pct(50);
+  d.p90 = pct(90);
+  d.p95 = pct(95);
+  d.p99 = pct(99);
+  return d;
+}
+
+}  // namespace servesim

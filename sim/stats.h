@@ -1,0 +1,49 @@
+// Summary statistics: means and percentiles of latency samples.
+//
+// Percentiles use linear interpolation between closest ranks (Hyndman & Fan
+// type 7, numpy's default): for sorted x[0..n-1], P(p) = x[h] + (h - floor(h))
+// * (x[floor(h)+1] - x[floor(h)]) with h = (n - 1) * p / 100.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace servesim {
+
+struct Distribution {
+  int64_t count = 0;
+  double mean = 0, p50 = 0, p90 = 0, p95 = 0, p99 = 0, min = 0, max = 0;
+};
+
+// Percentile p in [0, 100] of already sorted values (non-empty).
+double percentile_sorted(const std::vector<double>& sorted, double p);
+// Sorts `values` in place and summarises them; all zeros when empty.
+Distribution summarize(std::vector<double>& values);
+
+// Collects a stream of positive samples too long to keep (inter-token
+// latencies: one per token emission, hundreds of millions on a long run).
+// Exact up to `exact_limit` samples; past that, samples go into a
+// logarithmic histogram whose bins are 0.1% wide, so a percentile is off by
+// at most 0.1% of its value (the mean stays exact).
+class StreamingSamples {
+ public:
+  explicit StreamingSamples(size_t exact_limit = size_t(1) << 22);
+  void add(double value);
+  Distribution summarize();
+  int64_t count() const { return count_; }
+  bool exact() const { return histogram_.empty(); }
+
+ private:
+  void move_to_histogram();
+  void add_to_histogram(double value);
+  double bin_value(size_t bin) const;
+
+  size_t exact_limit_;
+  std::vector<double> values_;
+  std::vector<int64_t> histogram_;  // bin i holds values in [lo*r^i, lo*r^(i+1))
+  int64_t count_ = 0;
+  double sum_ = 0, min_ = 0, max_ = 0;
+};
+
+}  // namespace servesim
