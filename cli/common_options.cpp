@@ -1,5 +1,6 @@
 #include "cli/common_options.h"
 
+#include <charconv>
 #include <cmath>
 #include <limits>
 
@@ -11,13 +12,13 @@
 namespace servesim::cli {
 
 po::options_description workload_options() {
-  po::options_description o("Workload");
+  po::options_description o("Workload", kHelpWidth);
   o.add_options()
       ("arrival", po::value<std::string>()->default_value("poisson"),
        "arrival process: poisson | gamma | constant (open loop, at --rate) | closed (--concurrency "
        "requests in flight, a new one when one finishes)")
-      ("rate", po::value<double>()->default_value(10.0), "open-loop arrival rate, requests/s")
-      ("cv", po::value<double>()->default_value(1.0),
+      ("rate", po::value<double>()->default_value(10.0, "10"), "open-loop arrival rate, requests/s")
+      ("cv", po::value<double>()->default_value(1.0, "1"),
        "gamma arrivals: coefficient of variation of the gaps (>1 is burstier than Poisson)")
       ("concurrency", po::value<int64_t>(), "closed loop: requests in flight")
       ("num-requests", po::value<int64_t>()->default_value(1000), "requests to generate")
@@ -32,18 +33,19 @@ po::options_description workload_options() {
       ("trace", po::value<std::string>(), "replay arrivals and lengths from this trace file")
       ("trace-format", po::value<std::string>()->default_value("azure"),
        "azure (TIMESTAMP,ContextTokens,GeneratedTokens) | csv (arrival_s,prompt_tokens,output_tokens)")
-      ("rate-scale", po::value<double>()->default_value(1.0),
+      ("rate-scale", po::value<double>()->default_value(1.0, "1"),
        "trace replay: multiply the arrival rate by this")
       ("max-requests", po::value<int64_t>(), "trace replay: keep the first N requests")
-      ("trace-start", po::value<double>()->default_value(0.0),
+      ("trace-start", po::value<double>()->default_value(0.0, "0"),
        "trace replay: window start, seconds after the trace's first request")
       ("trace-duration", po::value<double>(), "trace replay: window length in seconds")
-      ("seed", po::value<uint64_t>()->default_value(0), "seed of every random choice");
+      ("seed", po::value<std::string>()->default_value("0"),
+       "seed of every random choice, an integer in [0, 2^64)");
   return o;
 }
 
 po::options_description scheduler_options() {
-  po::options_description o("Scheduling and KV cache");
+  po::options_description o("Scheduling and KV cache", kHelpWidth);
   o.add_options()
       ("scheduler", po::value<std::string>()->default_value("chunked"),
        "static | continuous | chunked")
@@ -51,7 +53,7 @@ po::options_description scheduler_options() {
       ("max-num-batched-tokens", po::value<int32_t>(),
        "token budget per iteration (default: 2048 for chunked, max(max-model-len, 2048) otherwise)")
       ("block-size", po::value<int32_t>()->default_value(16), "tokens per KV block")
-      ("gpu-memory-utilization", po::value<double>()->default_value(0.9),
+      ("gpu-memory-utilization", po::value<double>()->default_value(0.9, "0.9"),
        "fraction of device memory for weights + KV cache")
       ("num-gpu-blocks", po::value<int64_t>(), "KV capacity in blocks (overrides the memory rule)")
       ("max-model-len", po::value<int64_t>(),
@@ -60,11 +62,11 @@ po::options_description scheduler_options() {
 }
 
 po::options_description roofline_options() {
-  po::options_description o("Roofline cost model");
+  po::options_description o("Roofline cost model", kHelpWidth);
   o.add_options()
-      ("compute-efficiency", po::value<double>()->default_value(0.70),
+      ("compute-efficiency", po::value<double>()->default_value(0.70, "0.70"),
        "fraction of peak bf16 FLOP/s that GEMMs reach")
-      ("memory-efficiency", po::value<double>()->default_value(0.85),
+      ("memory-efficiency", po::value<double>()->default_value(0.85, "0.85"),
        "fraction of peak bandwidth that memory-bound kernels reach")
       ("iteration-overhead", po::value<std::string>()->default_value("200us"),
        "fixed host-side cost per iteration (e.g. 200us, 0.5ms)");
@@ -72,7 +74,7 @@ po::options_description roofline_options() {
 }
 
 po::options_description slo_options() {
-  po::options_description o("Service-level objectives (goodput)");
+  po::options_description o("Service-level objectives (goodput)", kHelpWidth);
   o.add_options()
       ("slo-ttft", po::value<std::string>(), "TTFT target, e.g. 500ms")
       ("slo-tpot", po::value<std::string>(), "TPOT target, e.g. 30ms")
@@ -80,9 +82,53 @@ po::options_description slo_options() {
   return o;
 }
 
+namespace {
+
+// Boost's lexical_cast turns "-1" into 2^64 - 1 for an unsigned option, so
+// the seed is read as text and parsed strictly.
+uint64_t parse_seed(const std::string& text) {
+  uint64_t seed = 0;
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, seed);
+  if (text.empty() || ec != std::errc() || ptr != end)
+    throw InputError(fmt::format("--seed: '{}' is not an integer in [0, 18446744073709551615]", text));
+  return seed;
+}
+
+}  // namespace
+
+namespace {
+
+bool given(const po::variables_map& vm, const char* flag) {
+  return vm.count(flag) > 0 && !vm[flag].defaulted();
+}
+
+// A flag the chosen workload would silently ignore is a mistake worth naming.
+void reject_flags_that_do_not_apply(const po::variables_map& vm, ArrivalProcess arrival,
+                                    bool lengths_from_trace) {
+  auto reject_if = [&](const char* flag, bool does_not_apply, const char* why) {
+    if (does_not_apply && given(vm, flag))
+      throw InputError(fmt::format("--{} does not apply here: {}", flag, why));
+  };
+  const bool trace = arrival == ArrivalProcess::Trace;
+  const bool closed = arrival == ArrivalProcess::Closed;
+  const bool any_trace = trace || lengths_from_trace;
+  reject_if("concurrency", !closed, "it sets the closed loop's clients (--arrival closed)");
+  reject_if("rate", trace || closed, "the arrivals come from the trace or the closed loop");
+  reject_if("cv", arrival != ArrivalProcess::Gamma, "it shapes --arrival gamma only");
+  reject_if("num-requests", trace, "a trace replay has the trace's requests (see --max-requests)");
+  reject_if("prompt-len", any_trace, "lengths come from the trace");
+  reject_if("output-len", any_trace, "lengths come from the trace");
+  for (const char* flag : {"trace-format", "rate-scale", "max-requests", "trace-start", "trace-duration"})
+    reject_if(flag, !any_trace, "no --trace or --lengths-from-trace is given");
+  reject_if("rate-scale", lengths_from_trace, "arrivals are synthetic (--arrival)");
+}
+
+}  // namespace
+
 WorkloadSpec workload_from(const po::variables_map& vm) {
   WorkloadSpec w;
-  w.seed = vm["seed"].as<uint64_t>();
+  w.seed = parse_seed(vm["seed"].as<std::string>());
   const bool has_trace = vm.count("trace") > 0;
   if (has_trace) {
     if (!vm["arrival"].defaulted())
@@ -121,6 +167,7 @@ WorkloadSpec workload_from(const po::variables_map& vm) {
   w.num_requests = vm["num-requests"].as<int64_t>();
   w.prompt_len = vm["prompt-len"].as<std::string>();
   w.output_len = vm["output-len"].as<std::string>();
+  reject_flags_that_do_not_apply(vm, w.arrival, vm.count("lengths-from-trace") > 0);
   // Validate the distributions now so their errors name the flag.
   LengthDistribution::parse(w.prompt_len, "--prompt-len");
   LengthDistribution::parse(w.output_len, "--output-len");

@@ -14,6 +14,9 @@ namespace servesim::cli {
 
 namespace po = boost::program_options;
 
+// Width of --help text, in columns.
+inline constexpr unsigned kHelpWidth = 100;
+
 po::options_description workload_options();
 po::options_description scheduler_options();
 po::options_description roofline_options();

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <iostream>
 
+#include <unistd.h>
+
 #include <fmt/format.h>
 
 #include "cli/commands.h"
@@ -15,7 +17,7 @@ namespace servesim::cli {
 
 int simulate_command(int argc, const char* const* argv) {
   po::options_description general("servesim simulate: predict serving latency with the "
-                                  "discrete-event simulator\n\nGeneral");
+                                  "discrete-event simulator\n\nGeneral", kHelpWidth);
   general.add_options()
       ("help,h", "show this help")
       ("model", po::value<std::string>()->default_value("llama-3.1-8b"),
@@ -26,7 +28,7 @@ int simulate_command(int argc, const char* const* argv) {
       ("out", po::value<std::string>(), "write summary.json, requests.csv, iterations.csv here")
       ("json", "print summary.json to stdout instead of the table")
       ("quiet,q", "no progress on stderr");
-  po::options_description all;
+  po::options_description all(kHelpWidth);
   all.add(general).add(workload_options()).add(scheduler_options()).add(roofline_options()).add(slo_options());
 
   const po::variables_map vm = parse_or_throw(argc, argv, all);
@@ -44,12 +46,15 @@ int simulate_command(int argc, const char* const* argv) {
   setup.roofline = roofline_from(vm);
   setup.slo = slo_from(vm);
   const bool quiet = vm.count("quiet") > 0;
+  const bool on_terminal = isatty(fileno(stderr)) != 0;
 
   const auto wall_start = std::chrono::steady_clock::now();
   auto progress = [&](const RunProgress& p) {
     if (quiet) return;
-    std::fprintf(stderr, "\rsimulate: %lld/%lld requests done, %lld iterations, t=%.1f s simulated",
-                 (long long)p.finished, (long long)p.total, (long long)p.iterations, p.clock_s);
+    // Overwrite one line on a terminal; one line per report in a log file.
+    std::fprintf(stderr, "%ssimulate: %lld/%lld requests done, %lld iterations, t=%.1f s simulated%s",
+                 on_terminal ? "\r" : "", (long long)p.finished, (long long)p.total,
+                 (long long)p.iterations, p.clock_s, on_terminal ? "" : "\n");
     std::fflush(stderr);
   };
   const Workload workload = make_workload(setup.workload);
@@ -72,7 +77,7 @@ int simulate_command(int argc, const char* const* argv) {
   }
   if (!quiet)
     std::fprintf(stderr, "%ssimulated %lld output tokens in %.2f s wall time (%.2f M tokens/s)\n",
-                 wall_s > 1 ? "\n" : "", (long long)out.summary.output_tokens, wall_s,
+                 wall_s > 1 && on_terminal ? "\n" : "", (long long)out.summary.output_tokens, wall_s,
                  double(out.summary.output_tokens) / wall_s / 1e6);
   return 0;
 }

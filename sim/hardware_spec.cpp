@@ -33,6 +33,14 @@ double positive_field(const nlohmann::json& j, const char* key, const std::strin
   return v;
 }
 
+std::string optional_string(const nlohmann::json& j, const char* key, const std::string& fallback,
+                            const std::string& file) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  if (!j[key].is_string())
+    throw InputError(fmt::format("{}: field '{}' must be a string (got {})", file, key, j[key].dump()));
+  return j[key].get<std::string>();
+}
+
 }  // namespace
 
 void HardwareSpec::validate(const std::string& source_name) const {
@@ -80,7 +88,8 @@ HardwareSpec resolve_hardware(const std::string& name_or_path) {
       throw InputError(fmt::format("{}: not valid JSON ({})", name_or_path, e.what()));
     }
     if (!j.is_object()) throw InputError(fmt::format("{}: expected a JSON object", name_or_path));
-    HardwareSpec h = gpu(j.value("name", name_or_path), j.value("description", std::string()),
+    HardwareSpec h = gpu(optional_string(j, "name", name_or_path, name_or_path),
+                         optional_string(j, "description", std::string(), name_or_path),
                          positive_field(j, "bf16_tflops", name_or_path),
                          positive_field(j, "memory_bandwidth_gbps", name_or_path),
                          positive_field(j, "memory_gb", name_or_path),

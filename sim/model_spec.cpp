@@ -72,6 +72,15 @@ double optional_number(const nlohmann::json& j, const std::string& key, double f
   return j.at(key).get<double>();
 }
 
+std::string optional_string(const nlohmann::json& j, const std::string& key,
+                            const std::string& fallback, const std::string& file) {
+  if (!j.contains(key) || j.at(key).is_null()) return fallback;
+  if (!j.at(key).is_string())
+    throw InputError(fmt::format("{}: field '{}' must be a string (got {})", file, key,
+                                 j.at(key).dump()));
+  return j.at(key).get<std::string>();
+}
+
 }  // namespace
 
 int ModelSpec::dtype_bytes() const {
@@ -141,8 +150,7 @@ ModelSpec model_from_config_json(const std::string& path) {
 
   ModelSpec m;
   m.name = f;
-  if (j.contains("model_type") && j["model_type"].is_string())
-    m.architecture = j["model_type"].get<std::string>();
+  m.architecture = optional_string(j, "model_type", m.architecture, f);
   m.hidden_size = required_int(j, "hidden_size", f);
   m.intermediate_size = required_int(j, "intermediate_size", f);
   m.num_hidden_layers = required_int(j, "num_hidden_layers", f);
@@ -156,10 +164,9 @@ ModelSpec model_from_config_json(const std::string& path) {
   m.tie_word_embeddings = optional_bool(j, "tie_word_embeddings", false, f);
   // Qwen2 always has q/k/v biases and its config has no attention_bias field.
   m.attention_bias = optional_bool(j, "attention_bias", m.architecture == "qwen2", f);
-  if (j.contains("torch_dtype") && j["torch_dtype"].is_string())
-    m.torch_dtype = j["torch_dtype"].get<std::string>();
+  m.torch_dtype = optional_string(j, "torch_dtype", m.torch_dtype, f);
   m.rope_theta = optional_number(j, "rope_theta", 10000.0, f);
-  m.rms_norm_eps = optional_number(j, "rms_norm_eps", 1e-5, f);
+  m.rms_norm_eps = optional_number(j, "rms_norm_eps", 1e-6, f);  // transformers' LlamaConfig default
   m.validate(f);
   return m;
 }

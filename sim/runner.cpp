@@ -28,10 +28,14 @@ RunRecords Runner::run(const Workload& workload) {
   auto release_closed_loop = [&](int64_t count) {
     for (; count > 0 && next < total; --count) submit(requests[size_t(next++)], clock_.now());
   };
+  // A request released here may be rejected at once, which frees its client
+  // again: repeat until no release is rejected, or a run of rejections would
+  // stall the closed loop (or end it with requests never submitted).
   auto absorb_finished = [&] {
-    int64_t n = recorder.take_finished();
-    finished += n;
-    if (workload.closed_loop) release_closed_loop(n);
+    for (int64_t n = recorder.take_finished(); n > 0; n = recorder.take_finished()) {
+      finished += n;
+      if (workload.closed_loop) release_closed_loop(n);
+    }
   };
 
   if (workload.closed_loop) {

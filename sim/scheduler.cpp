@@ -79,9 +79,14 @@ std::optional<std::string> Scheduler::add_request(const Request& r) {
   if (kv_.blocks_for(longest) > usable)
     return fmt::format("prompt + output needs more KV blocks than the cache admits ({} blocks of {} tokens)",
                        usable, kv_.block_size());
-  // Without chunking a whole (re)computed prompt must fit one iteration.
-  if (config_.policy != SchedulerPolicy::Chunked && longest > config_.max_num_batched_tokens)
-    return fmt::format("prompt + output longer than --max-num-batched-tokens ({}), which the {} policy cannot split",
+  // Without chunking a whole prompt must fit one iteration: under static the
+  // prompt (never preempted), under continuous a recompute of up to
+  // prompt + output - 1 tokens.
+  const int64_t whole_prefill =
+      config_.policy == SchedulerPolicy::Static ? int64_t(r.prompt_tokens) : longest - 1;
+  if (config_.policy != SchedulerPolicy::Chunked && whole_prefill > config_.max_num_batched_tokens)
+    return fmt::format("{} longer than --max-num-batched-tokens ({}), which the {} policy cannot split",
+                       config_.policy == SchedulerPolicy::Static ? "prompt" : "prompt + output - 1 (a recompute)",
                        config_.max_num_batched_tokens, to_string(config_.policy));
 
   const int32_t slot = new_slot();

@@ -46,7 +46,7 @@ TEST_CASE("A bare number and fixed:N are fixed lengths", "[length]") {
   CHECK(LengthDistribution::parse("2147483647", "--prompt-len").describe() == "fixed:2147483647");
 }
 
-TEST_CASE("uniform:LO:HI covers [LO, HI] evenly", "[length]") {
+TEST_CASE("uniform:LO:HI covers LO..HI evenly", "[length]") {
   const auto d = LengthDistribution::parse("uniform:10:20", "--output-len");
   CHECK(d.kind() == Kind::Uniform);
   CHECK(d.describe() == "uniform:10:20");

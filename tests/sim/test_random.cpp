@@ -63,7 +63,7 @@ TEST_CASE("Rng::uniform uses the top 53 bits of the raw output", "[random]") {
   }
 }
 
-TEST_CASE("Rng::uniform lies in [0, 1) with mean 1/2 and variance 1/12", "[random]") {
+TEST_CASE("Rng::uniform lies in 0 <= u < 1 with mean 1/2 and variance 1/12", "[random]") {
   Rng rng(1);
   const auto xs = draw(kN, [&] { return rng.uniform(); });
   for (double x : xs) REQUIRE((x >= 0.0 && x < 1.0));

@@ -1,4 +1,5 @@
 #include <catch2/catch.hpp>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -25,11 +26,12 @@ const std::string kAzureHeader = "TIMESTAMP,ContextTokens,GeneratedTokens\n";
 const std::string kCsvHeader = "arrival_s,prompt_tokens,output_tokens\n";
 
 // A trace file written for one test and removed afterwards. The name carries
-// the test's own tag so parallel ctest processes do not collide.
+// the case's own name and the process id so parallel test runs do not collide.
 class TempTrace {
  public:
   TempTrace(const std::string& name, const std::string& content)
-      : path_((std::filesystem::temp_directory_path() / ("servesim_trace_" + name + ".csv"))
+      : path_((std::filesystem::temp_directory_path() /
+               ("servesim_trace_" + std::to_string(getpid()) + "_" + name + ".csv"))
                   .string()) {
     std::ofstream(path_, std::ios::binary) << content;
   }
@@ -116,7 +118,7 @@ TEST_CASE("rate_scale divides the arrival times", "[trace]") {
   }
 }
 
-TEST_CASE("A window keeps [start, start + duration) and shifts it to 0", "[trace]") {
+TEST_CASE("A window keeps start <= t < start + duration and shifts it to 0", "[trace]") {
   const auto full = read_trace(options(kConvTrace));
   auto o = options(kConvTrace);
   o.window_start_s = 600;
@@ -191,6 +193,20 @@ TEST_CASE("Azure timestamps: CRLF, date rollover, stable sort, trailing blank li
     CHECK(rs[i].prompt_tokens == prompts[i]);
     CHECK(rs[i].output_tokens == prompts[i] / 10);
     CHECK(rs[i].arrival_s == Approx(arrivals[i]).epsilon(0).margin(1e-12));
+  }
+}
+
+TEST_CASE("Sorting keeps the file order of requests with equal arrival times", "[trace]") {
+  // Enough ties that an unstable sort (introsort past 16 elements) would reorder them.
+  std::string content = kCsvHeader;
+  for (int i = 1; i <= 60; ++i) content += (i % 2 ? "2.0," : "1.0,") + std::to_string(i) + ",1\n";
+  const TempTrace file("ties", content);
+  const auto rs = read_trace(options(file.path(), TraceFormat::Csv));
+  REQUIRE(rs.size() == 60);
+  for (size_t i = 0; i < 30; ++i) {
+    CHECK(rs[i].prompt_tokens == static_cast<int32_t>(2 * i + 2));  // the 1.0 rows, in order
+    CHECK(rs[30 + i].prompt_tokens == static_cast<int32_t>(2 * i + 1));
+    CHECK(rs[30 + i].arrival_s == 1.0);
   }
 }
 

@@ -1,0 +1,479 @@
+#!/usr/bin/python3
+"""End-to-end tests of the `servesim` binary: exit codes, messages, outputs.
+
+Run one case:   cli_test.py --servesim BIN --source-dir ROOT --work-dir DIR CASE
+List the cases: cli_test.py --list
+tests/cli/CMakeLists.txt registers every listed case as its own ctest test.
+Expectations are derived from the inputs (the trace file, the flags) and from
+the definitions in DESIGN.md, never from earlier output of the program.
+"""
+
+import argparse
+import csv
+import datetime
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+
+TIMEOUT_S = 30  # a hang is a failure; every case normally takes well under 5 s
+
+MODEL_PRESETS = ["llama-3.1-8b", "llama-3.1-70b", "llama-3.2-1b", "llama-3.2-3b",
+                 "qwen2.5-7b", "mistral-7b", "tinyllama-1.1b"]
+HARDWARE_PRESETS = ["h100-sxm", "h200", "a100-80gb"]
+PERCENTILE_KEYS = ["mean", "p50", "p90", "p95", "p99"]
+
+
+class Failure(Exception):
+    pass
+
+
+def check(condition, message):
+    if not condition:
+        raise Failure(message)
+
+
+class Ctx:
+    def __init__(self, servesim, source_dir, work_dir):
+        self.servesim = servesim
+        self.source_dir = source_dir
+        self.work_dir = work_dir
+        self.models_dir = os.path.join(source_dir, "tests", "data", "models")
+        self.code_trace = os.path.join(source_dir, "data", "traces", "azure_code_2023.csv")
+
+    def path(self, *parts):
+        return os.path.join(self.work_dir, *parts)
+
+    def run(self, *args):
+        cmd = [self.servesim, *args]
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise Failure(f"timed out after {TIMEOUT_S} s: {' '.join(cmd)}")
+        print(f"$ {' '.join(cmd)}\n  -> exit {p.returncode}")
+        if p.stderr:
+            print("  stderr: " + p.stderr.strip()[:2000])
+        # A crash is a negative return code (signal); a C++ abort prints this.
+        check(p.returncode >= 0, f"killed by signal {-p.returncode}")
+        check("terminate called" not in p.stderr, "std::terminate")
+        return p
+
+    def ok(self, *args):
+        p = self.run(*args)
+        check(p.returncode == 0, f"expected exit 0, got {p.returncode}")
+        return p
+
+    def simulate(self, *args):
+        return self.ok("simulate", "--quiet", *args)
+
+
+# ---------------------------------------------------------------- helpers
+
+def percentile(sorted_xs, p):
+    """Linear interpolation between closest ranks (numpy default, type 7)."""
+    h = (len(sorted_xs) - 1) * p / 100.0
+    lo = math.floor(h)
+    hi = min(lo + 1, len(sorted_xs) - 1)
+    return sorted_xs[lo] + (h - lo) * (sorted_xs[hi] - sorted_xs[lo])
+
+
+def close(a, b, rel=1e-9, abs_=1e-12):
+    return abs(a - b) <= max(rel * max(abs(a), abs(b)), abs_)
+
+
+def read_csv(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def load_summary(out_dir):
+    with open(os.path.join(out_dir, "summary.json")) as f:
+        return json.load(f)
+
+
+def check_summary_schema(s, with_goodput):
+    for key in ["ttft_s", "tpot_s", "itl_s", "e2e_s"]:
+        check(key in s, f"summary lacks {key}")
+        d = s[key]
+        for k in PERCENTILE_KEYS:
+            check(k in d and isinstance(d[k], (int, float)), f"{key} lacks numeric {k}")
+        check(d["p50"] <= d["p90"] <= d["p95"] <= d["p99"],
+              f"{key} percentiles not ordered: {d}")
+        check(d["p50"] >= 0, f"{key}.p50 negative")
+    for k in ["submitted", "completed", "rejected"]:
+        check(isinstance(s["requests"][k], int), f"requests.{k} missing")
+    for k in ["requests_per_s", "output_tokens_per_s"]:
+        check(isinstance(s["throughput"][k], (int, float)), f"throughput.{k} missing")
+    check(isinstance(s["preemptions"], int) and s["preemptions"] >= 0, "preemptions")
+    check(isinstance(s["duration_s"], (int, float)) and s["duration_s"] > 0, "duration_s")
+    check("seed" in s["config"], "config lacks seed")
+    check(("goodput_requests_per_s" in s) == with_goodput,
+          f"goodput_requests_per_s present={'goodput_requests_per_s' in s}, "
+          f"expected {with_goodput}")
+
+
+def expect_input_error(ctx, args, must_mention):
+    """Exit status 2, one message naming the problem, nothing on stdout."""
+    p = ctx.run(*args)
+    check(p.returncode == 2, f"expected exit 2, got {p.returncode}")
+    check(p.stdout == "", f"expected nothing on stdout, got {p.stdout[:300]!r}")
+    check("internal error" not in p.stderr, "reported as an internal error")
+    for text in must_mention:
+        check(text in p.stderr, f"message does not mention {text!r}: {p.stderr!r}")
+
+
+def parse_azure_timestamp(text):
+    """'2023-11-16 18:17:03.9799600' -> seconds (float, 100 ns resolution)."""
+    whole, _, frac = text.partition(".")
+    t = datetime.datetime.strptime(whole, "%Y-%m-%d %H:%M:%S").replace(
+        tzinfo=datetime.timezone.utc)
+    return t.timestamp() + (float("0." + frac) if frac else 0.0)
+
+
+# ---------------------------------------------------------------- cases
+
+CASES = {}
+
+
+def case(fn):
+    CASES[fn.__name__] = fn
+    return fn
+
+
+@case
+def top_level_help(ctx):
+    p = ctx.ok("--help")
+    for word in ["simulate", "models", "hardware"]:
+        check(word in p.stdout, f"--help does not list {word}")
+
+
+@case
+def simulate_help(ctx):
+    p = ctx.ok("simulate", "--help")
+    for flag in ["--model", "--hardware", "--rate", "--arrival", "--scheduler", "--out",
+                 "--json", "--slo-ttft", "--seed", "--trace"]:
+        check(flag in p.stdout, f"simulate --help does not mention {flag}")
+
+
+@case
+def models(ctx):
+    p = ctx.ok("models")
+    rows = {line.split()[0]: line for line in p.stdout.splitlines() if line.strip()}
+    for name in MODEL_PRESETS:
+        check(name in rows, f"models does not list {name}")
+    # Llama-3.1-8B has 8,030,261,248 parameters (published); the table prints
+    # billions with 3 decimals.
+    check("8.030" in rows["llama-3.1-8b"].split(), rows["llama-3.1-8b"])
+
+
+@case
+def models_from_config(ctx):
+    p = ctx.ok("models", "--model", os.path.join(ctx.models_dir, "llama-3.1-8b"))
+    check("8.030" in p.stdout.split(), p.stdout)
+
+
+@case
+def hardware(ctx):
+    p = ctx.ok("hardware", "--sources")
+    for name in HARDWARE_PRESETS:
+        check(any(line.startswith(name + " ") for line in p.stdout.splitlines()),
+              f"hardware does not list {name}")
+    check("source:" in p.stdout, "--sources prints no sources")
+
+
+@case
+def simulate_outputs(ctx):
+    # Every flag at its default (1000 requests, seed 0) but --out.
+    out = ctx.path("run")
+    p = ctx.ok("simulate", "--out", out)
+    check("TTFT" in p.stdout and "TPOT" in p.stdout, "no summary table on stdout")
+    for f in ["summary.json", "requests.csv", "iterations.csv"]:
+        check(os.path.isfile(os.path.join(out, f)), f"{f} not written")
+    s = load_summary(out)
+    check_summary_schema(s, with_goodput=False)
+    n = 1000
+    check(s["config"]["seed"] == 0, f"config.seed {s['config']['seed']} != 0")
+    check(s["requests"]["submitted"] == n, f"submitted != {n}")
+    check(s["requests"]["completed"] + s["requests"]["rejected"] == n,
+          "completed + rejected != submitted")
+    check(s["requests"]["completed"] == n, "defaults should complete every request")
+
+    # Recompute the summary from the per-request records.
+    reqs = read_csv(os.path.join(out, "requests.csv"))
+    check(len(reqs) == n, f"requests.csv has {len(reqs)} rows")
+    check(sorted(int(r["id"]) for r in reqs) == list(range(n)), f"ids are not 0..{n - 1}")
+    done = [r for r in reqs if r["status"] == "completed"]
+    ttft = sorted(float(r["first_token_s"]) - float(r["arrival_s"]) for r in done)
+    e2e = sorted(float(r["finish_s"]) - float(r["arrival_s"]) for r in done)
+    tpot = sorted((float(r["last_token_s"]) - float(r["first_token_s"])) /
+                  (int(r["tokens_emitted"]) - 1) for r in done if int(r["tokens_emitted"]) >= 2)
+    for name, xs in [("ttft_s", ttft), ("e2e_s", e2e), ("tpot_s", tpot)]:
+        check(close(s[name]["mean"], sum(xs) / len(xs)), f"{name}.mean differs from requests.csv")
+        for q in [50, 90, 95, 99]:
+            check(close(s[name][f"p{q}"], percentile(xs, q)),
+                  f"{name}.p{q} {s[name][f'p{q}']} != {percentile(xs, q)} (type-7 percentile)")
+    for r in done:
+        check(int(r["tokens_emitted"]) == int(r["output_tokens"]), f"request {r['id']} short")
+        check(float(r["arrival_s"]) <= float(r["first_token_s"]) <= float(r["finish_s"]),
+              f"request {r['id']} times out of order")
+    duration = max(float(r["finish_s"]) for r in done) - min(float(r["arrival_s"]) for r in reqs)
+    check(close(s["duration_s"], duration), f"duration_s {s['duration_s']} != {duration}")
+    check(close(s["throughput"]["requests_per_s"], n / duration), "requests_per_s")
+    out_tokens = sum(int(r["tokens_emitted"]) for r in done)
+    check(close(s["throughput"]["output_tokens_per_s"], out_tokens / duration),
+          "output_tokens_per_s")
+
+    its = read_csv(os.path.join(out, "iterations.csv"))
+    check(len(its) == s["iterations"], f"iterations.csv {len(its)} rows != {s['iterations']}")
+    # Every prompt token is prefilled at least once and every output token but
+    # the first (emitted by the prefill) is one decode query token.
+    prefill = sum(int(i["prefill_tokens"]) for i in its)
+    decode = sum(int(i["decode_tokens"]) for i in its)
+    check(prefill >= sum(int(r["prompt_tokens"]) for r in done), "prefill tokens missing")
+    check(decode >= out_tokens - len(done), "decode tokens missing")
+    starts = [float(i["start_s"]) for i in its]
+    check(all(a <= b for a, b in zip(starts, starts[1:])), "iterations not in time order")
+
+
+@case
+def simulate_goodput(ctx):
+    out = ctx.path("run")
+    ctx.simulate("--num-requests", "200", "--rate", "20", "--slo-ttft", "50ms", "--out", out)
+    s = load_summary(out)
+    check_summary_schema(s, with_goodput=True)
+    reqs = [r for r in read_csv(os.path.join(out, "requests.csv")) if r["status"] == "completed"]
+    met = sum(1 for r in reqs if float(r["first_token_s"]) - float(r["arrival_s"]) <= 0.050)
+    check(0 < met, "no request met a 50 ms TTFT: the check below would be vacuous")
+    goodput = met / s["duration_s"]
+    check(close(s["goodput_requests_per_s"], goodput),
+          f"goodput {s['goodput_requests_per_s']} != {met} / duration = {goodput}")
+    check(s["goodput_requests_per_s"] <= s["throughput"]["requests_per_s"], "goodput > throughput")
+
+
+@case
+def simulate_json(ctx):
+    p = ctx.simulate("--num-requests", "100", "--json", "--seed", "18446744073709551615",
+                     "--slo-ttft", "1s")
+    try:
+        s = json.loads(p.stdout)
+    except json.JSONDecodeError as e:
+        raise Failure(f"--json output is not valid JSON: {e}")
+    check_summary_schema(s, with_goodput=True)
+    check(s["config"]["seed"] == 2**64 - 1, "config.seed: the largest seed round-trips")
+    check(s["requests"]["submitted"] == 100, "submitted != 100")
+
+
+@case
+def same_seed_same_bytes(ctx):
+    runs = {}
+    for name, seed in [("a", "11"), ("b", "11"), ("c", "12")]:
+        out = ctx.path(name)
+        ctx.simulate("--num-requests", "300", "--seed", seed, "--out", out)
+        runs[name] = {}
+        for f in ["summary.json", "requests.csv", "iterations.csv"]:
+            with open(os.path.join(out, f), "rb") as fh:
+                runs[name][f] = fh.read()
+    for f in runs["a"]:
+        check(runs["a"][f] == runs["b"][f], f"{f} differs between two runs with seed 11")
+    check(runs["a"]["requests.csv"] != runs["c"]["requests.csv"],
+          "seed 12 gives the same requests as seed 11")
+
+
+@case
+def trace_replay(ctx):
+    out = ctx.path("run")
+    ctx.simulate("--trace", ctx.code_trace, "--max-requests", "200", "--out", out)
+    s = load_summary(out)
+    check_summary_schema(s, with_goodput=False)
+    check(s["requests"]["submitted"] == 200, f"submitted {s['requests']['submitted']} != 200")
+    check(s["config"]["workload"]["arrival"] == "trace", "arrival is not 'trace'")
+    # The first 200 requests of the trace by arrival time (stable sort), their
+    # arrivals shifted to start at 0.
+    with open(ctx.code_trace, newline="") as f:
+        rows = list(csv.DictReader(f))
+    rows = [(parse_azure_timestamp(r["TIMESTAMP"]), int(r["ContextTokens"]),
+             int(r["GeneratedTokens"])) for r in rows]
+    rows.sort(key=lambda r: r[0])
+    rows = rows[:200]
+    t0 = rows[0][0]
+    reqs = sorted(read_csv(os.path.join(out, "requests.csv")), key=lambda r: int(r["id"]))
+    check(len(reqs) == 200, "requests.csv rows")
+    for (t, prompt, output), r in zip(rows, reqs):
+        check(int(r["prompt_tokens"]) == prompt and int(r["output_tokens"]) == output,
+              f"request {r['id']}: ({r['prompt_tokens']}, {r['output_tokens']}) != trace "
+              f"({prompt}, {output})")
+        check(abs(float(r["arrival_s"]) - (t - t0)) < 1e-5,
+              f"request {r['id']}: arrival {r['arrival_s']} != {t - t0}")
+
+
+@case
+def closed_loop(ctx):
+    out = ctx.path("run")
+    ctx.simulate("--arrival", "closed", "--concurrency", "8", "--num-requests", "100",
+                 "--out", out)
+    s = load_summary(out)
+    check_summary_schema(s, with_goodput=False)
+    check(s["requests"]["completed"] == 100, "closed loop did not complete 100 requests")
+    # Requests in flight over time: never more than 8, and 8 at some point.
+    reqs = read_csv(os.path.join(out, "requests.csv"))
+    events = []
+    for r in reqs:
+        events.append((float(r["arrival_s"]), 1))
+        events.append((float(r["finish_s"]), -1))
+    events.sort(key=lambda e: (e[0], e[1]))  # a finish before an arrival at the same time
+    in_flight = peak = 0
+    for _, delta in events:
+        in_flight += delta
+        peak = max(peak, in_flight)
+    check(peak == 8, f"peak requests in flight {peak} != concurrency 8")
+
+
+# Bad input: exit 2 and a message naming the problem.
+
+@case
+def error_unknown_model(ctx):
+    expect_input_error(ctx, ["simulate", "--model", "gpt-5"], ["gpt-5", "--model", *MODEL_PRESETS])
+
+
+@case
+def error_unknown_hardware(ctx):
+    expect_input_error(ctx, ["simulate", "--hardware", "tpu-v9"],
+                       ["tpu-v9", "--hardware", *HARDWARE_PRESETS])
+
+
+@case
+def error_config_missing_field(ctx):
+    folder = os.path.join(ctx.models_dir, "missing_vocab_size")
+    expect_input_error(ctx, ["simulate", "--model", folder],
+                       [os.path.join(folder, "config.json"), "vocab_size"])
+
+
+@case
+def error_config_invalid_json(ctx):
+    path = os.path.join(ctx.models_dir, "invalid_json", "config.json")
+    expect_input_error(ctx, ["simulate", "--model", path], [path, "JSON"])
+
+
+@case
+def error_hardware_file(ctx):
+    os.makedirs(ctx.work_dir, exist_ok=True)
+    path = ctx.path("gpu.json")
+    with open(path, "w") as f:
+        json.dump({"name": 5, "bf16_tflops": 100, "memory_bandwidth_gbps": 1000,
+                   "memory_gb": 80}, f)
+    expect_input_error(ctx, ["simulate", "--hardware", path], [path, "name"])
+    with open(path, "w") as f:
+        json.dump({"bf16_tflops": 100, "memory_gb": 80}, f)
+    expect_input_error(ctx, ["simulate", "--hardware", path], [path, "memory_bandwidth_gbps"])
+
+
+@case
+def error_negative_rate(ctx):
+    expect_input_error(ctx, ["simulate", "--rate", "-1"], ["--rate", "-1"])
+
+
+@case
+def error_rate_not_a_number(ctx):
+    expect_input_error(ctx, ["simulate", "--rate", "abc"], ["rate", "abc"])
+
+
+@case
+def error_unknown_flag(ctx):
+    expect_input_error(ctx, ["simulate", "--no-such-flag", "3"], ["--no-such-flag"])
+
+
+@case
+def error_malformed_trace(ctx):
+    os.makedirs(ctx.work_dir, exist_ok=True)
+    path = ctx.path("bad_trace.csv")
+    with open(path, "w") as f:
+        f.write("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                "2023-11-16 18:17:03.9799600,4808,10\n"
+                "2023-11-16 18:17:04.0319600,many,8\n"
+                "2023-11-16 18:17:04.0781490,110,27\n")
+    # Line 3 of the file holds the bad field.
+    expect_input_error(ctx, ["simulate", "--trace", path], [f"{path}:3", "ContextTokens"])
+
+
+@case
+def error_missing_trace(ctx):
+    path = ctx.path("no_such_trace.csv")
+    expect_input_error(ctx, ["simulate", "--trace", path], [path])
+
+
+@case
+def error_scheduler(ctx):
+    expect_input_error(ctx, ["simulate", "--scheduler", "bogus"], ["--scheduler", "bogus"])
+
+
+@case
+def error_prompt_len(ctx):
+    expect_input_error(ctx, ["simulate", "--prompt-len", "uniform:5"],
+                       ["--prompt-len", "uniform:5"])
+
+
+@case
+def error_gpu_memory_utilization(ctx):
+    expect_input_error(ctx, ["simulate", "--gpu-memory-utilization", "1.5"],
+                       ["--gpu-memory-utilization", "1.5"])
+
+
+@case
+def error_weights_do_not_fit(ctx):
+    # 70.55e9 parameters x 2 bytes = 141 GB > 80 GB.
+    expect_input_error(ctx, ["simulate", "--model", "llama-3.1-70b", "--hardware", "h100-sxm"],
+                       ["llama-3.1-70b", "h100-sxm"])
+
+
+@case
+def error_negative_seed(ctx):
+    expect_input_error(ctx, ["simulate", "--seed", "-1"], ["--seed", "-1"])
+
+
+@case
+def error_slo(ctx):
+    expect_input_error(ctx, ["simulate", "--slo-ttft", "5h"], ["--slo-ttft", "5h"])
+
+
+@case
+def error_closed_loop_without_concurrency(ctx):
+    expect_input_error(ctx, ["simulate", "--arrival", "closed"], ["--concurrency"])
+
+
+@case
+def error_unknown_command(ctx):
+    expect_input_error(ctx, ["frobnicate"], ["frobnicate"])
+    expect_input_error(ctx, [], ["usage"])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--servesim")
+    ap.add_argument("--source-dir")
+    ap.add_argument("--work-dir")
+    ap.add_argument("--list", action="store_true", help="print the case names, one a line")
+    ap.add_argument("case", nargs="?")
+    a = ap.parse_args()
+    if a.list:
+        print("\n".join(CASES))
+        return 0
+    if a.case not in CASES:
+        ap.error(f"unknown case {a.case!r}; --list shows them")
+    if not (a.servesim and a.source_dir and a.work_dir):
+        ap.error("--servesim, --source-dir and --work-dir are required")
+    work = os.path.join(a.work_dir, a.case)
+    shutil.rmtree(work, ignore_errors=True)
+    ctx = Ctx(os.path.abspath(a.servesim), os.path.abspath(a.source_dir), work)
+    try:
+        CASES[a.case](ctx)
+    except Failure as e:
+        print(f"FAILED {a.case}: {e}")
+        return 1
+    print(f"passed {a.case}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

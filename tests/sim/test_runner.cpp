@@ -1,0 +1,401 @@
+// The runner's event loop: arrivals, idling, iteration records, rejections,
+// closed loops, multi-token emissions, end-of-sequence, and byte-identical
+// outputs for a seed.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "sim/clock.h"
+#include "sim/executor.h"
+#include "sim/hardware_spec.h"
+#include "sim/metrics.h"
+#include "sim/model_spec.h"
+#include "sim/report.h"
+#include "sim/runner.h"
+#include "sim/scheduler.h"
+#include "sim/simulation.h"
+#include "sim/workload.h"
+
+using namespace servesim;
+
+namespace {
+
+// duration = overhead + per_token * tokens. Optionally emits `decode_emit`
+// tokens per decode (speculative-style) and ends request `eos_id` after
+// `eos_after` tokens. Keeps a copy of every plan's aggregates.
+class FixedCostExecutor final : public Executor {
+ public:
+  FixedCostExecutor(double overhead_s, double per_token_s)
+      : overhead_s_(overhead_s), per_token_s_(per_token_s) {}
+  std::string name() const override { return "fixed-cost"; }
+
+  struct Seen {
+    int32_t prefill_tokens, decode_tokens, prefill_sequences, decode_sequences, sampled;
+    double duration_s;
+  };
+
+  void execute(const IterationPlan& plan, IterationResult& result) override {
+    result.duration_s = overhead_s_ + per_token_s_ * plan.num_tokens();
+    seen.push_back({plan.num_prefill_tokens, plan.num_decode_tokens, plan.num_prefill_sequences,
+                    plan.num_decode_sequences, plan.num_sampling_sequences, result.duration_s});
+    if (decode_emit > 1 || eos_id >= 0) {
+      for (const auto& s : plan.sequences) {
+        int32_t n = s.samples ? (s.is_prefill ? 1 : decode_emit) : 0;
+        result.emitted_tokens.push_back(n);
+        emitted[s.request_id] += n;
+        result.finished.push_back(s.request_id == eos_id && emitted[s.request_id] >= eos_after);
+      }
+    }
+  }
+
+  int32_t decode_emit = 1;
+  int64_t eos_id = -1;
+  int32_t eos_after = 0;
+  std::vector<Seen> seen;
+  std::map<int64_t, int32_t> emitted;
+
+ private:
+  double overhead_s_, per_token_s_;
+};
+
+SchedulerConfig config_of(SchedulerPolicy policy, int32_t max_num_seqs = 64, int32_t budget = 512,
+                          int64_t num_blocks = 10000, int64_t max_model_len = 4096) {
+  SchedulerConfig c;
+  c.policy = policy;
+  c.max_num_seqs = max_num_seqs;
+  c.max_num_batched_tokens = budget;
+  c.block_size = 16;
+  c.num_gpu_blocks = num_blocks;
+  c.max_model_len = max_model_len;
+  return c;
+}
+
+Request req(int64_t id, double arrival, int32_t prompt, int32_t output) {
+  Request r;
+  r.id = id;
+  r.arrival_s = arrival;
+  r.prompt_tokens = prompt;
+  r.output_tokens = output;
+  return r;
+}
+
+RunRecords run(const SchedulerConfig& c, Executor& ex, const Workload& w, bool keep = true) {
+  Scheduler s(c);
+  VirtualClock clock;
+  Runner r(s, ex, clock);
+  r.keep_iterations(keep);
+  return r.run(w);
+}
+
+Workload poisson_workload(int64_t n, double rate, const std::string& prompt,
+                          const std::string& output, uint64_t seed) {
+  WorkloadSpec spec;
+  spec.arrival = ArrivalProcess::Poisson;
+  spec.num_requests = n;
+  spec.rate = rate;
+  spec.prompt_len = prompt;
+  spec.output_len = output;
+  spec.seed = seed;
+  return make_workload(spec);
+}
+
+std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  REQUIRE(in);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// A fresh, empty folder under the system temp dir, removed on destruction.
+struct TempDir {
+  std::filesystem::path path;
+  explicit TempDir(const std::string& name) {
+    path = std::filesystem::temp_directory_path() /
+           ("servesim_test_" + name + "_" + std::to_string(uintptr_t(this)));
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
+
+SimulationSetup small_roofline_setup(uint64_t seed) {
+  SimulationSetup setup;
+  setup.model = resolve_model("llama-3.1-8b");
+  setup.hardware = resolve_hardware("h200");
+  setup.scheduler.policy = SchedulerPolicy::Chunked;
+  setup.workload.arrival = ArrivalProcess::Poisson;
+  setup.workload.rate = 20;
+  setup.workload.num_requests = 300;
+  setup.workload.prompt_len = "lognormal:1024:1.0:16:4096";
+  setup.workload.output_len = "lognormal:128:1.0:1:512";
+  setup.workload.seed = seed;
+  setup.slo.ttft_s = 0.5;
+  setup.slo.tpot_s = 0.03;
+  return setup;
+}
+
+void write_outputs(const SimulationSetup& setup, const std::filesystem::path& dir) {
+  SimulationOutput out = simulate(setup);
+  write_run_outputs(dir.string(), out.records,
+                    summary_to_json(out.summary, setup.slo, setup_to_json(setup, out.scheduler)));
+}
+
+}  // namespace
+
+TEST_CASE("The runner idles until each arrival and chains iterations back to back", "[runner]") {
+  // Two requests far apart: each finds the server idle.
+  Workload w;
+  w.requests = {req(0, 1.25, 40, 5), req(1, 7.5, 30, 4)};
+  const double a = 2e-3, b = 1e-5;
+  FixedCostExecutor ex(a, b);
+  const RunRecords rec = run(config_of(SchedulerPolicy::Chunked), ex, w);
+
+  REQUIRE(rec.iterations.size() == 5 + 4);  // one prefill + (output - 1) decodes each
+  CHECK(rec.num_iterations == 9);
+  CHECK(rec.iterations[0].start_s == 1.25);
+  CHECK(rec.iterations[5].start_s == 7.5);
+  for (size_t k = 0; k < rec.iterations.size(); ++k) {
+    CHECK(rec.iterations[k].index == int64_t(k));
+    if (k + 1 < rec.iterations.size() && k != 4) {
+      // Busy: the next iteration starts when this one ends.
+      CHECK(rec.iterations[k + 1].start_s ==
+            Approx(rec.iterations[k].start_s + rec.iterations[k].duration_s).epsilon(1e-12));
+    }
+  }
+  for (const RequestRecord& r : rec.requests) {
+    CHECK(r.first_scheduled_s == r.arrival_s);  // no queueing on an idle server
+    CHECK(r.completed());
+  }
+  CHECK(rec.end_s == rec.requests[1].finish_s);
+  // Request 0 finished before request 1 arrived.
+  CHECK(rec.requests[0].finish_s == Approx(1.25 + (a + 40 * b) + 4 * (a + b)).epsilon(1e-12));
+}
+
+TEST_CASE("Iteration records match the plans the executor ran", "[runner]") {
+  const Workload w = poisson_workload(400, 40, "uniform:1:600", "uniform:1:80", 3);
+  FixedCostExecutor ex(1e-3, 2e-5);
+  const RunRecords rec = run(config_of(SchedulerPolicy::Chunked, 32, 256), ex, w);
+
+  REQUIRE(rec.iterations.size() == ex.seen.size());
+  CHECK(rec.num_iterations == int64_t(ex.seen.size()));
+  int64_t sampled = 0, query_tokens = 0, max_used = 0;
+  for (size_t k = 0; k < ex.seen.size(); ++k) {
+    const IterationRecord& it = rec.iterations[k];
+    const auto& s = ex.seen[k];
+    CHECK(it.index == int64_t(k));
+    CHECK(it.prefill_tokens == s.prefill_tokens);
+    CHECK(it.decode_tokens == s.decode_tokens);
+    CHECK(it.prefill_sequences == s.prefill_sequences);
+    CHECK(it.decode_sequences == s.decode_sequences);
+    CHECK(it.sampled_sequences == s.sampled);
+    CHECK(it.duration_s == s.duration_s);
+    CHECK(it.prefill_tokens + it.decode_tokens <= 256);
+    CHECK(it.kv_blocks_used <= rec.num_gpu_blocks);
+    CHECK(it.waiting >= 0);
+    if (k > 0) CHECK(it.start_s >= rec.iterations[k - 1].start_s + rec.iterations[k - 1].duration_s - 1e-12);
+    sampled += it.sampled_sequences;
+    query_tokens += it.prefill_tokens + it.decode_tokens;
+    max_used = std::max(max_used, it.kv_blocks_used);
+  }
+  REQUIRE(rec.preemptions == 0);  // a big cache
+  // No preemptions: the peak is reached right after some iteration's
+  // allocations, and every query token is a prompt token or one decode per
+  // output token but the last.
+  CHECK(rec.peak_kv_blocks == max_used);
+  int64_t want_tokens = 0, emissions = 0, gaps = 0;
+  for (const RequestRecord& r : rec.requests) {
+    REQUIRE(r.completed());
+    CHECK(r.tokens_emitted == r.output_tokens);
+    CHECK(r.emissions == r.output_tokens);  // one token per emission
+    want_tokens += r.prompt_tokens + r.output_tokens - 1;
+    emissions += r.emissions;
+    gaps += r.emissions - 1;
+  }
+  CHECK(query_tokens == want_tokens);
+  CHECK(sampled == emissions);
+  CHECK(rec.itl_s.count() == gaps);
+}
+
+TEST_CASE("keep_iterations(false) drops the records but not the run", "[runner]") {
+  const Workload w = poisson_workload(200, 30, "uniform:1:400", "uniform:1:50", 9);
+  FixedCostExecutor ex1(1e-3, 2e-5), ex2(1e-3, 2e-5);
+  const RunRecords kept = run(config_of(SchedulerPolicy::Continuous), ex1, w, true);
+  const RunRecords dropped = run(config_of(SchedulerPolicy::Continuous), ex2, w, false);
+  CHECK(dropped.iterations.empty());
+  CHECK(dropped.num_iterations == int64_t(kept.iterations.size()));
+  REQUIRE(dropped.requests.size() == kept.requests.size());
+  for (size_t i = 0; i < kept.requests.size(); ++i) {
+    CHECK(dropped.requests[i].first_token_s == kept.requests[i].first_token_s);
+    CHECK(dropped.requests[i].finish_s == kept.requests[i].finish_s);
+  }
+}
+
+TEST_CASE("Static: a request arriving mid-batch starts when the batch has finished", "[runner]") {
+  Workload w;
+  w.requests = {req(0, 0.0, 100, 8), req(1, 0.0, 50, 3), req(2, 0.01, 20, 2)};
+  const double a = 5e-3, b = 1e-5;
+  FixedCostExecutor ex(a, b);
+  const RunRecords rec = run(config_of(SchedulerPolicy::Static, 8), ex, w);
+  const auto& r = rec.requests;
+  // The batch {0, 1}: one prefill of 150 tokens, then decodes of 2 tokens
+  // while both run (2 of them), then of 1 token (5 more) for request 0.
+  const double batch_end = (a + 150 * b) + 2 * (a + 2 * b) + 5 * (a + b);
+  // It arrived mid-batch, with seats free (max_num_seqs = 8).
+  REQUIRE(r[2].arrival_s > r[0].first_scheduled_s);
+  REQUIRE(r[2].arrival_s < r[0].finish_s);
+  CHECK(r[0].finish_s == Approx(batch_end).epsilon(1e-12));
+  CHECK(r[2].first_scheduled_s == r[0].finish_s);
+  CHECK(r[2].first_token_s == Approx(batch_end + a + 20 * b).epsilon(1e-12));
+}
+
+TEST_CASE("Rejected requests are counted and never left hanging", "[runner]") {
+  // Every third request is too long for the model; the rest are served.
+  Workload w;
+  const int64_t n = 60;
+  for (int64_t i = 0; i < n; ++i)
+    w.requests.push_back(req(i, 0.01 * double(i), i % 3 == 0 ? 3000 : 100, i % 3 == 0 ? 2000 : 10));
+  for (auto policy : {SchedulerPolicy::Static, SchedulerPolicy::Continuous, SchedulerPolicy::Chunked}) {
+    INFO("policy " << to_string(policy));
+    FixedCostExecutor ex(1e-3, 1e-5);
+    RunRecords rec = run(config_of(policy, 8, 4096, 10000, 4096), ex, w);
+    const RunSummary s = summarize_run(rec, SloTargets{});
+    CHECK(s.submitted == n);
+    CHECK(s.rejected == n / 3);
+    CHECK(s.completed == n - n / 3);
+    REQUIRE(s.rejections.size() == 1);
+    CHECK_THAT(s.rejections[0].first, Catch::Contains("max model length"));
+    CHECK(s.rejections[0].second == n / 3);
+    for (const RequestRecord& r : rec.requests) {
+      CHECK(r.rejected() == (r.id % 3 == 0));
+      if (r.rejected()) {
+        CHECK_FALSE(r.completed());
+        CHECK(r.first_scheduled_s < 0);
+        CHECK(r.tokens_emitted == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("Closed loop keeps its clients busy and survives runs of rejections", "[runner]") {
+  // Requests 0 and 1 (the first released), 5, 6, 7 and the last two are
+  // rejected: each rejection must free its client at once, however many come
+  // in a row, so every request is submitted and the next one arrives at the
+  // very moment of the rejection.
+  for (int64_t concurrency : {1, 2}) {
+    INFO("concurrency " << concurrency);
+    Workload w;
+    w.closed_loop = true;
+    w.concurrency = concurrency;
+    const int64_t n = 30;
+    const std::set<int64_t> bad = {0, 1, 5, 6, 7, 28, 29};
+    for (int64_t i = 0; i < n; ++i)
+      w.requests.push_back(
+          req(i, 0.0, bad.count(i) ? 5000 : 50 + int32_t(i), bad.count(i) ? 10 : 4));
+    FixedCostExecutor ex(1e-3, 1e-5);
+    RunRecords rec = run(config_of(SchedulerPolicy::Chunked, 8, 512, 10000, 4096), ex, w);
+    const RunSummary s = summarize_run(rec, SloTargets{});
+    CHECK(s.submitted == n);
+    CHECK(s.rejected == int64_t(bad.size()));
+    CHECK(s.completed == n - int64_t(bad.size()));
+
+    // Each release happens when a client frees up: at a completion or at the
+    // arrival of a rejected request.
+    std::vector<double> frees;
+    for (const RequestRecord& r : rec.requests) {
+      if (r.completed()) frees.push_back(r.finish_s);
+      if (r.rejected()) frees.push_back(r.arrival_s);
+    }
+    for (const RequestRecord& r : rec.requests) {
+      INFO("request " << r.id << " arrived at " << r.arrival_s);
+      REQUIRE(r.submitted());
+      if (r.id < concurrency) {
+        CHECK(r.arrival_s == 0.0);
+      } else {
+        CHECK(std::find(frees.begin(), frees.end(), r.arrival_s) != frees.end());
+      }
+    }
+    // Never more than `concurrency` requests in flight.
+    for (const RequestRecord& probe : rec.requests) {
+      if (!probe.completed()) continue;
+      int64_t in_flight = 0;
+      for (const RequestRecord& r : rec.requests)
+        if (r.completed() && r.arrival_s <= probe.arrival_s && probe.arrival_s < r.finish_s)
+          ++in_flight;
+      CHECK(in_flight <= concurrency);
+    }
+    // Arrivals follow id order.
+    for (size_t i = 1; i < rec.requests.size(); ++i)
+      CHECK(rec.requests[i].arrival_s >= rec.requests[i - 1].arrival_s);
+  }
+}
+
+TEST_CASE("Multi-token emissions are clamped to the requested output", "[runner]") {
+  // Every sampling decode reports 3 tokens. The scheduler has no speculative
+  // mode yet (its decodes carry one query token), so only what holds for any
+  // multi-token emission is checked: no request gets more tokens than it
+  // asked for, and tokens, emissions and gaps are counted apart.
+  Workload w;
+  w.requests = {req(0, 0.0, 64, 11), req(1, 0.0, 64, 12), req(2, 0.0, 64, 1), req(3, 0.5, 16, 40)};
+  FixedCostExecutor ex(1e-3, 1e-5);
+  ex.decode_emit = 3;
+  RunRecords rec = run(config_of(SchedulerPolicy::Chunked), ex, w);
+  int64_t gaps = 0, tokens = 0;
+  for (const RequestRecord& r : rec.requests) {
+    INFO("request " << r.id);
+    REQUIRE(r.completed());
+    CHECK(r.tokens_emitted == r.output_tokens);  // clamped: never more than asked
+    if (r.output_tokens >= 3) CHECK(r.emissions < r.tokens_emitted);
+    CHECK(r.emissions >= 1 + (r.output_tokens - 1 + 2) / 3);  // at most 3 per emission
+    gaps += r.emissions - 1;
+    tokens += r.output_tokens;
+  }
+  CHECK(rec.itl_s.count() == gaps);
+  const RunSummary s = summarize_run(rec, SloTargets{});
+  CHECK(s.output_tokens == tokens);
+  CHECK(s.tpot_s.count == 3);  // request 2 has a single token: no TPOT
+}
+
+TEST_CASE("End of sequence finishes a request early", "[runner]") {
+  Workload w;
+  w.requests = {req(0, 0.0, 30, 50), req(1, 0.0, 30, 20)};
+  FixedCostExecutor ex(1e-3, 1e-5);
+  ex.eos_id = 0;
+  ex.eos_after = 7;
+  RunRecords rec = run(config_of(SchedulerPolicy::Chunked), ex, w);
+  REQUIRE(rec.requests[0].completed());
+  CHECK(rec.requests[0].tokens_emitted == 7);
+  CHECK(rec.requests[1].tokens_emitted == 20);
+  const RunSummary s = summarize_run(rec, SloTargets{});
+  CHECK(s.completed == 2);
+  CHECK(s.output_tokens == 27);
+}
+
+TEST_CASE("The same seed gives byte-identical outputs and another seed different ones",
+          "[runner][determinism]") {
+  TempDir tmp("determinism");
+  write_outputs(small_roofline_setup(17), tmp.path / "a");
+  write_outputs(small_roofline_setup(17), tmp.path / "b");
+  write_outputs(small_roofline_setup(18), tmp.path / "c");
+  for (const char* file : {"summary.json", "requests.csv", "iterations.csv"}) {
+    INFO(file);
+    const std::string a = slurp(tmp.path / "a" / file);
+    const std::string b = slurp(tmp.path / "b" / file);
+    const std::string c = slurp(tmp.path / "c" / file);
+    CHECK(a.size() > 100);
+    CHECK(a == b);
+    CHECK(a != c);
+  }
+}
