@@ -11,66 +11,18 @@
 #include <utility>
 #include <vector>
 
-#include "sim/clock.h"
-#include "sim/executor.h"
-#include "sim/hardware_spec.h"
 #include "sim/metrics.h"
-#include "sim/model_spec.h"
 #include "sim/runner.h"
 #include "sim/scheduler.h"
 #include "sim/simulation.h"
 #include "sim/workload.h"
 
+#include "test_support.h"
+
 using namespace servesim;
+using namespace servesim::test;
 
 namespace {
-
-// duration = overhead + per_token * tokens of the plan.
-class FixedCostExecutor final : public Executor {
- public:
-  FixedCostExecutor(double overhead_s, double per_token_s)
-      : overhead_s_(overhead_s), per_token_s_(per_token_s) {}
-  std::string name() const override { return "fixed-cost"; }
-  void execute(const IterationPlan& plan, IterationResult& result) override {
-    result.duration_s = cost(plan.num_tokens());
-  }
-  double cost(int64_t tokens) const { return overhead_s_ + per_token_s_ * double(tokens); }
-
- private:
-  double overhead_s_, per_token_s_;
-};
-
-SchedulerConfig config_of(SchedulerPolicy policy, int32_t max_num_seqs, int32_t budget,
-                          int64_t num_blocks = 100000, int64_t max_model_len = 16384) {
-  SchedulerConfig c;
-  c.policy = policy;
-  c.max_num_seqs = max_num_seqs;
-  c.max_num_batched_tokens = budget;
-  c.block_size = 16;
-  c.num_gpu_blocks = num_blocks;
-  c.max_model_len = max_model_len;
-  return c;
-}
-
-RunRecords run(const SchedulerConfig& c, Executor& ex, const Workload& w, bool keep = true) {
-  Scheduler s(c);
-  VirtualClock clock;
-  Runner r(s, ex, clock);
-  r.keep_iterations(keep);
-  return r.run(w);
-}
-
-Workload make(ArrivalProcess arrival, int64_t n, double rate, const std::string& prompt,
-              const std::string& output, uint64_t seed) {
-  WorkloadSpec spec;
-  spec.arrival = arrival;
-  spec.num_requests = n;
-  spec.rate = rate;
-  spec.prompt_len = prompt;
-  spec.output_len = output;
-  spec.seed = seed;
-  return make_workload(spec);
-}
 
 // Time-averaged number of requests in the system (arrived, not finished)
 // over [first arrival, last finish], by sweeping arrival and finish events.
@@ -113,22 +65,6 @@ std::pair<double, double> mean_and_batch_se(const std::vector<double>& xs, size_
   return {mean, std::sqrt(var / double(batches))};
 }
 
-SimulationSetup roofline_setup(SchedulerPolicy policy, double rate, int64_t n,
-                               const std::string& prompt, const std::string& output,
-                               uint64_t seed) {
-  SimulationSetup setup;
-  setup.model = resolve_model("llama-3.1-8b");
-  setup.hardware = resolve_hardware("h200");
-  setup.scheduler.policy = policy;
-  setup.workload.arrival = ArrivalProcess::Poisson;
-  setup.workload.rate = rate;
-  setup.workload.num_requests = n;
-  setup.workload.prompt_len = prompt;
-  setup.workload.output_len = output;
-  setup.workload.seed = seed;
-  return setup;
-}
-
 }  // namespace
 
 TEST_CASE("A lone request: TTFT is its prefill and E2E adds one decode per further token",
@@ -140,8 +76,8 @@ TEST_CASE("A lone request: TTFT is its prefill and E2E adds one decode per furth
   for (auto policy : {SchedulerPolicy::Static, SchedulerPolicy::Continuous, SchedulerPolicy::Chunked}) {
     INFO("policy " << to_string(policy));
     Workload w;
-    w.requests = {Request{0, arrival, prompt, output}};
-    RunRecords rec = run(config_of(policy, 8, 1024), ex, w);
+    w.requests = {request(0, arrival, prompt, output)};
+    RunRecords rec = run(scheduler_config(policy, 8, 1024, 16, 100000, 16384, 0.01), ex, w, true);
     const RequestRecord& r = rec.requests[0];
     REQUIRE(r.completed());
     const double prefill = ex.cost(prompt), decode = ex.cost(1);
@@ -166,8 +102,10 @@ TEST_CASE("A lone long prompt under chunking: TTFT is ceil(P / budget) chunk ite
   FixedCostExecutor ex(a, b);
   const int32_t prompt = 5000, output = 4, budget = 1024;
   Workload w;
-  w.requests = {Request{0, 0.75, prompt, output}};
-  RunRecords rec = run(config_of(SchedulerPolicy::Chunked, 8, budget), ex, w);
+  w.requests = {request(0, 0.75, prompt, output)};
+  const SchedulerConfig config =
+      scheduler_config(SchedulerPolicy::Chunked, 8, budget, 16, 100000, 16384, 0.01);
+  RunRecords rec = run(config, ex, w, true);
   const RequestRecord& r = rec.requests[0];
   const int chunks = (prompt + budget - 1) / budget;  // 5
   // Each chunk pays the overhead; together they cost every prompt token once.
@@ -191,9 +129,10 @@ TEST_CASE("One at a time, Poisson arrivals wait as in M/D/1 (Pollaczek-Khinchine
     for (auto policy : {SchedulerPolicy::Static, SchedulerPolicy::Continuous, SchedulerPolicy::Chunked}) {
       INFO("rho " << rho << ", policy " << to_string(policy));
       const double lambda = rho / D;
-      const Workload w = make(ArrivalProcess::Poisson, n, lambda, std::to_string(prompt),
-                              std::to_string(output), 101);
-      RunRecords rec = run(config_of(policy, 1, 2048), ex, w, false);
+      const Workload w =
+          poisson_workload(n, lambda, std::to_string(prompt), std::to_string(output), 101);
+      RunRecords rec =
+          run(scheduler_config(policy, 1, 2048, 16, 100000, 16384, 0.01), ex, w, false);
 
       std::vector<double> waits;
       waits.reserve(size_t(n));
@@ -221,10 +160,12 @@ TEST_CASE("One at a time, Poisson arrivals wait as in M/D/1 (Pollaczek-Khinchine
 
 TEST_CASE("Little's law: mean number in system = arrival rate x mean E2E", "[closed-form]") {
   SECTION("fixed-cost executor, chunked batching") {
-    const Workload w = make(ArrivalProcess::Poisson, 20000, 50.0, "lognormal:400:0.8:8:2048",
-                            "lognormal:60:0.8:1:400", 5);
+    const Workload w =
+        poisson_workload(20000, 50.0, "lognormal:400:0.8:8:2048", "lognormal:60:0.8:1:400", 5);
     FixedCostExecutor ex(2e-3, 1e-5);
-    RunRecords rec = run(config_of(SchedulerPolicy::Chunked, 64, 512), ex, w, false);
+    const SchedulerConfig config =
+        scheduler_config(SchedulerPolicy::Chunked, 64, 512, 16, 100000, 16384, 0.01);
+    RunRecords rec = run(config, ex, w, false);
     const RunSummary s = summarize_run(rec, SloTargets{});
     REQUIRE(s.completed == 20000);
     double window = 0;

@@ -2,57 +2,20 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
-#include <filesystem>
-#include <fstream>
 #include <set>
 #include <string>
 
-#include <unistd.h>
-
 #include "sim/errors.h"
 #include "sim/hardware_spec.h"
+
+#include "test_support.h"
 
 using servesim::hardware_presets;
 using servesim::HardwareSpec;
 using servesim::InputError;
 using servesim::resolve_hardware;
-
-namespace {
-
-// A JSON file in the temp folder, removed when the test ends. The pid keeps
-// concurrently running test processes apart.
-class TempFile {
- public:
-  TempFile(const std::string& tag, const std::string& text)
-      : path_((std::filesystem::temp_directory_path() /
-               ("servesim_test_hw_" + std::to_string(::getpid()) + "_" + tag + ".json"))
-                  .string()) {
-    std::ofstream(path_) << text;
-  }
-  ~TempFile() {
-    std::error_code ec;
-    std::filesystem::remove(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
-template <typename F>
-std::string input_error_of(F&& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    FAIL("expected InputError, got another exception: " << e.what());
-  }
-  FAIL("expected InputError, nothing was thrown");
-  return {};
-}
-
-}  // namespace
+using servesim::test::input_error_of;
+using servesim::test::TempFile;
 
 TEST_CASE("Every hardware preset has positive figures and a sensible ridge point",
           "[hardware_spec]") {
@@ -115,7 +78,8 @@ TEST_CASE("resolve_hardware: presets case-insensitively, unknown names list them
 TEST_CASE("JSON hardware file: units converted, name defaults to the path", "[hardware_spec]") {
   SECTION("all fields") {
     TempFile f("full", R"({"name": "my-gpu", "description": "a test GPU", "bf16_tflops": 100,
-                          "memory_bandwidth_gbps": 2000, "memory_gb": 40})");
+                          "memory_bandwidth_gbps": 2000, "memory_gb": 40})",
+               ".json");
     const HardwareSpec h = resolve_hardware(f.path());
     CHECK(h.name == "my-gpu");
     CHECK(h.description == "a test GPU");
@@ -126,7 +90,8 @@ TEST_CASE("JSON hardware file: units converted, name defaults to the path", "[ha
     CHECK_NOTHROW(h.validate(h.name));
   }
   SECTION("no name: the path names it; fractional figures are fine") {
-    TempFile f("noname", R"({"bf16_tflops": 0.5, "memory_bandwidth_gbps": 12.5, "memory_gb": 1.5})");
+    TempFile f("noname", R"({"bf16_tflops": 0.5, "memory_bandwidth_gbps": 12.5, "memory_gb": 1.5})",
+               ".json");
     const HardwareSpec h = resolve_hardware(f.path());
     CHECK(h.name == f.path());
     CHECK(h.bf16_flops == Approx(0.5e12));
@@ -156,7 +121,7 @@ TEST_CASE("JSON hardware file errors name the file and the field", "[hardware_sp
   };
   for (const Case& c : cases) {
     INFO(c.tag);
-    TempFile f(c.tag, c.text);
+    TempFile f(c.tag, c.text, ".json");
     const std::string msg = input_error_of([&] { resolve_hardware(f.path()); });
     CHECK_THAT(msg, Catch::Contains(f.path()));
     CHECK_THAT(msg, Catch::Contains(c.must_mention));

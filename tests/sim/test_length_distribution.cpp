@@ -32,6 +32,19 @@ double mean_of(const std::vector<int32_t>& xs) {
   return sum / static_cast<double>(xs.size());
 }
 
+// Every one of `n` samples lies in [lo, hi], and both ends are hit.
+void check_fills_clip_range(const LengthDistribution& d, int n, int32_t lo, int32_t hi) {
+  bool hit_lo = false, hit_hi = false;
+  for (int32_t x : sample(d, n)) {
+    REQUIRE(x >= lo);
+    REQUIRE(x <= hi);
+    hit_lo = hit_lo || x == lo;
+    hit_hi = hit_hi || x == hi;
+  }
+  CHECK(hit_lo);
+  CHECK(hit_hi);
+}
+
 }  // namespace
 
 TEST_CASE("A bare number and fixed:N are fixed lengths", "[length]") {
@@ -73,15 +86,7 @@ TEST_CASE("normal:MEAN:STD has the requested mean and honours the clip", "[lengt
   CHECK(mean_of(xs) == Approx(100.0).margin(5 * 10.0 / std::sqrt(kN)));
 
   const auto clipped = LengthDistribution::parse("normal:100:50:80:120", "--prompt-len");
-  bool hit_lo = false, hit_hi = false;
-  for (int32_t x : sample(clipped, 10'000)) {
-    REQUIRE(x >= 80);
-    REQUIRE(x <= 120);
-    hit_lo = hit_lo || x == 80;
-    hit_hi = hit_hi || x == 120;
-  }
-  CHECK(hit_lo);
-  CHECK(hit_hi);
+  check_fills_clip_range(clipped, 10'000, 80, 120);
   // A wide normal near 1 never yields a length below 1.
   for (int32_t x : sample(LengthDistribution::parse("normal:2:100", "--p"), 10'000)) {
     REQUIRE(x >= 1);
@@ -107,15 +112,7 @@ TEST_CASE("lognormal:MEAN:SIGMA has mean MEAN", "[length]") {
 TEST_CASE("lognormal with a clip range stays inside it", "[length]") {
   const auto d = LengthDistribution::parse("lognormal:1024:1.0:16:8192", "--prompt-len");
   CHECK(d.describe() == "lognormal:1024:1:16:8192");
-  bool hit_lo = false, hit_hi = false;
-  for (int32_t x : sample(d, kN)) {
-    REQUIRE(x >= 16);
-    REQUIRE(x <= 8192);
-    hit_lo = hit_lo || x == 16;
-    hit_hi = hit_hi || x == 8192;
-  }
-  CHECK(hit_lo);
-  CHECK(hit_hi);
+  check_fills_clip_range(d, kN, 16, 8192);
   // A huge sigma overflows exp() to inf: it must clip, not wrap.
   for (int32_t x : sample(LengthDistribution::parse("lognormal:1000:40", "--p"), 10'000)) {
     REQUIRE(x >= 1);

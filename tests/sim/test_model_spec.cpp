@@ -5,15 +5,19 @@
 #include <cstdint>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "sim/errors.h"
 #include "sim/model_spec.h"
+
+#include "test_support.h"
 
 using servesim::InputError;
 using servesim::ModelSpec;
 using servesim::model_from_config_json;
 using servesim::model_presets;
 using servesim::resolve_model;
+using servesim::test::input_error_of;
 
 namespace {
 
@@ -25,21 +29,6 @@ const ModelSpec& preset(const std::string& name) {
   static const ModelSpec none;
   FAIL("no preset named " << name);
   return none;
-}
-
-// The message of the InputError that `f` throws; fails the test if it throws
-// nothing or something else.
-template <typename F>
-std::string input_error_of(F&& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    FAIL("expected InputError, got another exception: " << e.what());
-  }
-  FAIL("expected InputError, nothing was thrown");
-  return {};
 }
 
 }  // namespace
@@ -189,71 +178,36 @@ TEST_CASE("config.json: explicit head_dim, tied embeddings, float32, mistral", "
 }
 
 TEST_CASE("config.json errors name the file and the field", "[model_spec]") {
-  SECTION("missing file") {
-    const std::string path = kModels + "/does_not_exist/config.json";
-    const std::string msg = input_error_of([&] { model_from_config_json(path); });
-    CHECK_THAT(msg, Catch::Contains(path));
-  }
   SECTION("folder without a config.json") {
     const std::string msg = input_error_of([&] { model_from_config_json(kModels); });
     CHECK_THAT(msg, Catch::Contains(kModels + "/config.json"));
   }
-  SECTION("invalid JSON") {
-    const std::string path = kModels + "/invalid_json/config.json";
-    const std::string msg = input_error_of([&] { model_from_config_json(path); });
-    CHECK_THAT(msg, Catch::Contains(path));
-    CHECK_THAT(msg, Catch::Contains("JSON"));
-  }
-  SECTION("missing required field") {
-    const std::string path = kModels + "/missing_vocab_size/config.json";
-    const std::string msg = input_error_of([&] { model_from_config_json(path); });
-    CHECK_THAT(msg, Catch::Contains(path));
-    CHECK_THAT(msg, Catch::Contains("vocab_size"));
-    CHECK_THAT(msg, Catch::Contains("missing"));
-  }
-  SECTION("integer field given as a string") {
-    const std::string path = kModels + "/wrong_type_int/config.json";
-    const std::string msg = input_error_of([&] { model_from_config_json(path); });
-    CHECK_THAT(msg, Catch::Contains(path));
-    CHECK_THAT(msg, Catch::Contains("num_hidden_layers"));
-  }
-  SECTION("integer field given as a fraction") {
-    const std::string path = kModels + "/wrong_type_float/config.json";
-    const std::string msg = input_error_of([&] { model_from_config_json(path); });
-    CHECK_THAT(msg, Catch::Contains(path));
-    CHECK_THAT(msg, Catch::Contains("hidden_size"));
-  }
-  SECTION("boolean field given as a string") {
-    const std::string path = kModels + "/wrong_type_bool/config.json";
-    const std::string msg = input_error_of([&] { model_from_config_json(path); });
-    CHECK_THAT(msg, Catch::Contains(path));
-    CHECK_THAT(msg, Catch::Contains("tie_word_embeddings"));
-  }
-  SECTION("model_type that is not a string") {
-    const std::string path = kModels + "/wrong_type_model_type/config.json";
-    const std::string msg = input_error_of([&] { model_from_config_json(path); });
-    CHECK_THAT(msg, Catch::Contains(path));
-    CHECK_THAT(msg, Catch::Contains("model_type"));
-  }
-  SECTION("heads not divisible by KV heads") {
-    const std::string path = kModels + "/bad_gqa/config.json";
-    const std::string msg = input_error_of([&] { model_from_config_json(path); });
-    CHECK_THAT(msg, Catch::Contains(path));
-    CHECK_THAT(msg, Catch::Contains("num_key_value_heads"));
-  }
-  SECTION("unknown model_type") {
-    const std::string path = kModels + "/unknown_model_type/config.json";
-    const std::string msg = input_error_of([&] { model_from_config_json(path); });
-    CHECK_THAT(msg, Catch::Contains(path));
-    CHECK_THAT(msg, Catch::Contains("gpt2"));
-    CHECK_THAT(msg, Catch::Contains("model_type"));
-  }
-  SECTION("unknown torch_dtype") {
-    const std::string path = kModels + "/unknown_dtype/config.json";
-    const std::string msg = input_error_of([&] { model_from_config_json(path); });
-    CHECK_THAT(msg, Catch::Contains(path));
-    CHECK_THAT(msg, Catch::Contains("int4"));
-    CHECK_THAT(msg, Catch::Contains("torch_dtype"));
+  // Each folder's config.json is bad in one way; the message names the file
+  // and mentions every word given.
+  struct Case {
+    const char* what;
+    const char* folder;
+    std::vector<std::string> mentions;
+  };
+  const Case cases[] = {
+      {"missing file", "does_not_exist", {}},
+      {"invalid JSON", "invalid_json", {"JSON"}},
+      {"missing required field", "missing_vocab_size", {"vocab_size", "missing"}},
+      {"integer field given as a string", "wrong_type_int", {"num_hidden_layers"}},
+      {"integer field given as a fraction", "wrong_type_float", {"hidden_size"}},
+      {"boolean field given as a string", "wrong_type_bool", {"tie_word_embeddings"}},
+      {"model_type that is not a string", "wrong_type_model_type", {"model_type"}},
+      {"heads not divisible by KV heads", "bad_gqa", {"num_key_value_heads"}},
+      {"unknown model_type", "unknown_model_type", {"gpt2", "model_type"}},
+      {"unknown torch_dtype", "unknown_dtype", {"int4", "torch_dtype"}},
+  };
+  for (const Case& c : cases) {
+    DYNAMIC_SECTION(c.what) {
+      const std::string path = kModels + "/" + c.folder + "/config.json";
+      const std::string msg = input_error_of([&] { model_from_config_json(path); });
+      CHECK_THAT(msg, Catch::Contains(path));
+      for (const std::string& word : c.mentions) CHECK_THAT(msg, Catch::Contains(word));
+    }
   }
 }
 

@@ -70,6 +70,14 @@ RooflineOptions ideal(double overhead_s = 0) {
   return o;
 }
 
+// Ideal but for the given efficiencies.
+RooflineOptions with_efficiency(double compute, double memory) {
+  RooflineOptions o = ideal();
+  o.compute_efficiency = compute;
+  o.memory_efficiency = memory;
+  return o;
+}
+
 ScheduledSequence seq(int32_t q, int32_t cached, bool prefill, bool samples, int64_t id = 0) {
   ScheduledSequence s;
   s.request_id = id;
@@ -113,10 +121,7 @@ TEST_CASE("op_time is the max of compute time and memory time", "[roofline]") {
   CHECK(m.op_time(1e12, 1e10) == Approx(1.0));   // compute-bound
   CHECK(m.op_time(1e11, 1e11) == Approx(1.0));   // memory-bound
   CHECK(m.op_time(10.0, 1.0) == Approx(1e-11));  // exactly at the ridge (10 FLOP/B)
-  RooflineOptions half = ideal();
-  half.compute_efficiency = 0.5;
-  half.memory_efficiency = 0.25;
-  RooflineModel h(tiny_model(), round_gpu(), half);
+  RooflineModel h(tiny_model(), round_gpu(), with_efficiency(0.5, 0.25));
   CHECK(h.op_time(1e12, 0) == Approx(2.0));
   CHECK(h.op_time(0, 1e11) == Approx(4.0));
 }
@@ -268,28 +273,21 @@ TEST_CASE("Efficiencies scale the roofline", "[roofline]") {
   RooflineModel full(tiny_model(), round_gpu(), ideal());
 
   SECTION("half compute efficiency doubles compute-bound work, not memory-bound work") {
-    RooflineOptions o = ideal();
-    o.compute_efficiency = 0.5;
-    RooflineModel half(tiny_model(), round_gpu(), o);
+    RooflineModel half(tiny_model(), round_gpu(), with_efficiency(0.5, 1.0));
     CHECK(gemm_time(half.breakdown(prefill)) ==
           Approx(2 * gemm_time(full.breakdown(prefill))).epsilon(kTight));
     CHECK(gemm_time(half.breakdown(decode)) ==
           Approx(gemm_time(full.breakdown(decode))).epsilon(kTight));
   }
   SECTION("half memory efficiency doubles memory-bound work, not compute-bound work") {
-    RooflineOptions o = ideal();
-    o.memory_efficiency = 0.5;
-    RooflineModel half(tiny_model(), round_gpu(), o);
+    RooflineModel half(tiny_model(), round_gpu(), with_efficiency(1.0, 0.5));
     CHECK(gemm_time(half.breakdown(decode)) ==
           Approx(2 * gemm_time(full.breakdown(decode))).epsilon(kTight));
     CHECK(gemm_time(half.breakdown(prefill)) ==
           Approx(gemm_time(full.breakdown(prefill))).epsilon(kTight));
   }
   SECTION("both at 0.5: every operator and the total take twice as long") {
-    RooflineOptions o = ideal();
-    o.compute_efficiency = 0.5;
-    o.memory_efficiency = 0.5;
-    RooflineModel half(tiny_model(), round_gpu(), o);
+    RooflineModel half(tiny_model(), round_gpu(), with_efficiency(0.5, 0.5));
     for (const IterationPlan* p : {&decode, &prefill}) {
       CHECK(duration(half, *p) == Approx(2 * duration(full, *p)).epsilon(kTight));
     }

@@ -8,105 +8,24 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include "sim/clock.h"
-#include "sim/executor.h"
-#include "sim/hardware_spec.h"
 #include "sim/metrics.h"
-#include "sim/model_spec.h"
 #include "sim/report.h"
 #include "sim/runner.h"
 #include "sim/scheduler.h"
 #include "sim/simulation.h"
 #include "sim/workload.h"
 
+#include "test_support.h"
+
 using namespace servesim;
+using namespace servesim::test;
 
 namespace {
-
-// duration = overhead + per_token * tokens. Optionally emits `decode_emit`
-// tokens per decode (speculative-style) and ends request `eos_id` after
-// `eos_after` tokens. Keeps a copy of every plan's aggregates.
-class FixedCostExecutor final : public Executor {
- public:
-  FixedCostExecutor(double overhead_s, double per_token_s)
-      : overhead_s_(overhead_s), per_token_s_(per_token_s) {}
-  std::string name() const override { return "fixed-cost"; }
-
-  struct Seen {
-    int32_t prefill_tokens, decode_tokens, prefill_sequences, decode_sequences, sampled;
-    double duration_s;
-  };
-
-  void execute(const IterationPlan& plan, IterationResult& result) override {
-    result.duration_s = overhead_s_ + per_token_s_ * plan.num_tokens();
-    seen.push_back({plan.num_prefill_tokens, plan.num_decode_tokens, plan.num_prefill_sequences,
-                    plan.num_decode_sequences, plan.num_sampling_sequences, result.duration_s});
-    if (decode_emit > 1 || eos_id >= 0) {
-      for (const auto& s : plan.sequences) {
-        int32_t n = s.samples ? (s.is_prefill ? 1 : decode_emit) : 0;
-        result.emitted_tokens.push_back(n);
-        emitted[s.request_id] += n;
-        result.finished.push_back(s.request_id == eos_id && emitted[s.request_id] >= eos_after);
-      }
-    }
-  }
-
-  int32_t decode_emit = 1;
-  int64_t eos_id = -1;
-  int32_t eos_after = 0;
-  std::vector<Seen> seen;
-  std::map<int64_t, int32_t> emitted;
-
- private:
-  double overhead_s_, per_token_s_;
-};
-
-SchedulerConfig config_of(SchedulerPolicy policy, int32_t max_num_seqs = 64, int32_t budget = 512,
-                          int64_t num_blocks = 10000, int64_t max_model_len = 4096) {
-  SchedulerConfig c;
-  c.policy = policy;
-  c.max_num_seqs = max_num_seqs;
-  c.max_num_batched_tokens = budget;
-  c.block_size = 16;
-  c.num_gpu_blocks = num_blocks;
-  c.max_model_len = max_model_len;
-  return c;
-}
-
-Request req(int64_t id, double arrival, int32_t prompt, int32_t output) {
-  Request r;
-  r.id = id;
-  r.arrival_s = arrival;
-  r.prompt_tokens = prompt;
-  r.output_tokens = output;
-  return r;
-}
-
-RunRecords run(const SchedulerConfig& c, Executor& ex, const Workload& w, bool keep = true) {
-  Scheduler s(c);
-  VirtualClock clock;
-  Runner r(s, ex, clock);
-  r.keep_iterations(keep);
-  return r.run(w);
-}
-
-Workload poisson_workload(int64_t n, double rate, const std::string& prompt,
-                          const std::string& output, uint64_t seed) {
-  WorkloadSpec spec;
-  spec.arrival = ArrivalProcess::Poisson;
-  spec.num_requests = n;
-  spec.rate = rate;
-  spec.prompt_len = prompt;
-  spec.output_len = output;
-  spec.seed = seed;
-  return make_workload(spec);
-}
 
 std::string slurp(const std::filesystem::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -116,32 +35,10 @@ std::string slurp(const std::filesystem::path& p) {
   return s.str();
 }
 
-// A fresh, empty folder under the system temp dir, removed on destruction.
-struct TempDir {
-  std::filesystem::path path;
-  explicit TempDir(const std::string& name) {
-    path = std::filesystem::temp_directory_path() /
-           ("servesim_test_" + name + "_" + std::to_string(uintptr_t(this)));
-    std::filesystem::remove_all(path);
-    std::filesystem::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-};
-
 SimulationSetup small_roofline_setup(uint64_t seed) {
-  SimulationSetup setup;
-  setup.model = resolve_model("llama-3.1-8b");
-  setup.hardware = resolve_hardware("h200");
-  setup.scheduler.policy = SchedulerPolicy::Chunked;
-  setup.workload.arrival = ArrivalProcess::Poisson;
-  setup.workload.rate = 20;
-  setup.workload.num_requests = 300;
-  setup.workload.prompt_len = "lognormal:1024:1.0:16:4096";
-  setup.workload.output_len = "lognormal:128:1.0:1:512";
-  setup.workload.seed = seed;
+  SimulationSetup setup =
+      roofline_setup(SchedulerPolicy::Chunked, 20, 300, "lognormal:1024:1.0:16:4096",
+                     "lognormal:128:1.0:1:512", seed);
   setup.slo.ttft_s = 0.5;
   setup.slo.tpot_s = 0.03;
   return setup;
@@ -158,10 +55,11 @@ void write_outputs(const SimulationSetup& setup, const std::filesystem::path& di
 TEST_CASE("The runner idles until each arrival and chains iterations back to back", "[runner]") {
   // Two requests far apart: each finds the server idle.
   Workload w;
-  w.requests = {req(0, 1.25, 40, 5), req(1, 7.5, 30, 4)};
+  w.requests = {request(0, 1.25, 40, 5), request(1, 7.5, 30, 4)};
   const double a = 2e-3, b = 1e-5;
   FixedCostExecutor ex(a, b);
-  const RunRecords rec = run(config_of(SchedulerPolicy::Chunked), ex, w);
+  const RunRecords rec =
+      run(scheduler_config(SchedulerPolicy::Chunked, 64, 512, 16, 10000, 4096, 0.01), ex, w, true);
 
   REQUIRE(rec.iterations.size() == 5 + 4);  // one prefill + (output - 1) decodes each
   CHECK(rec.num_iterations == 9);
@@ -187,7 +85,9 @@ TEST_CASE("The runner idles until each arrival and chains iterations back to bac
 TEST_CASE("Iteration records match the plans the executor ran", "[runner]") {
   const Workload w = poisson_workload(400, 40, "uniform:1:600", "uniform:1:80", 3);
   FixedCostExecutor ex(1e-3, 2e-5);
-  const RunRecords rec = run(config_of(SchedulerPolicy::Chunked, 32, 256), ex, w);
+  ex.record_plans = true;
+  const RunRecords rec =
+      run(scheduler_config(SchedulerPolicy::Chunked, 32, 256, 16, 10000, 4096, 0.01), ex, w, true);
 
   REQUIRE(rec.iterations.size() == ex.seen.size());
   CHECK(rec.num_iterations == int64_t(ex.seen.size()));
@@ -232,8 +132,10 @@ TEST_CASE("Iteration records match the plans the executor ran", "[runner]") {
 TEST_CASE("keep_iterations(false) drops the records but not the run", "[runner]") {
   const Workload w = poisson_workload(200, 30, "uniform:1:400", "uniform:1:50", 9);
   FixedCostExecutor ex1(1e-3, 2e-5), ex2(1e-3, 2e-5);
-  const RunRecords kept = run(config_of(SchedulerPolicy::Continuous), ex1, w, true);
-  const RunRecords dropped = run(config_of(SchedulerPolicy::Continuous), ex2, w, false);
+  const SchedulerConfig config =
+      scheduler_config(SchedulerPolicy::Continuous, 64, 512, 16, 10000, 4096, 0.01);
+  const RunRecords kept = run(config, ex1, w, true);
+  const RunRecords dropped = run(config, ex2, w, false);
   CHECK(dropped.iterations.empty());
   CHECK(dropped.num_iterations == int64_t(kept.iterations.size()));
   REQUIRE(dropped.requests.size() == kept.requests.size());
@@ -245,10 +147,11 @@ TEST_CASE("keep_iterations(false) drops the records but not the run", "[runner]"
 
 TEST_CASE("Static: a request arriving mid-batch starts when the batch has finished", "[runner]") {
   Workload w;
-  w.requests = {req(0, 0.0, 100, 8), req(1, 0.0, 50, 3), req(2, 0.01, 20, 2)};
+  w.requests = {request(0, 0.0, 100, 8), request(1, 0.0, 50, 3), request(2, 0.01, 20, 2)};
   const double a = 5e-3, b = 1e-5;
   FixedCostExecutor ex(a, b);
-  const RunRecords rec = run(config_of(SchedulerPolicy::Static, 8), ex, w);
+  const RunRecords rec =
+      run(scheduler_config(SchedulerPolicy::Static, 8, 512, 16, 10000, 4096, 0.01), ex, w, true);
   const auto& r = rec.requests;
   // The batch {0, 1}: one prefill of 150 tokens, then decodes of 2 tokens
   // while both run (2 of them), then of 1 token (5 more) for request 0.
@@ -266,11 +169,12 @@ TEST_CASE("Rejected requests are counted and never left hanging", "[runner]") {
   Workload w;
   const int64_t n = 60;
   for (int64_t i = 0; i < n; ++i)
-    w.requests.push_back(req(i, 0.01 * double(i), i % 3 == 0 ? 3000 : 100, i % 3 == 0 ? 2000 : 10));
+    w.requests.push_back(
+        request(i, 0.01 * double(i), i % 3 == 0 ? 3000 : 100, i % 3 == 0 ? 2000 : 10));
   for (auto policy : {SchedulerPolicy::Static, SchedulerPolicy::Continuous, SchedulerPolicy::Chunked}) {
     INFO("policy " << to_string(policy));
     FixedCostExecutor ex(1e-3, 1e-5);
-    RunRecords rec = run(config_of(policy, 8, 4096, 10000, 4096), ex, w);
+    RunRecords rec = run(scheduler_config(policy, 8, 4096, 16, 10000, 4096, 0.01), ex, w, true);
     const RunSummary s = summarize_run(rec, SloTargets{});
     CHECK(s.submitted == n);
     CHECK(s.rejected == n / 3);
@@ -303,9 +207,10 @@ TEST_CASE("Closed loop keeps its clients busy and survives runs of rejections", 
     const std::set<int64_t> bad = {0, 1, 5, 6, 7, 28, 29};
     for (int64_t i = 0; i < n; ++i)
       w.requests.push_back(
-          req(i, 0.0, bad.count(i) ? 5000 : 50 + int32_t(i), bad.count(i) ? 10 : 4));
+          request(i, 0.0, bad.count(i) ? 5000 : 50 + int32_t(i), bad.count(i) ? 10 : 4));
     FixedCostExecutor ex(1e-3, 1e-5);
-    RunRecords rec = run(config_of(SchedulerPolicy::Chunked, 8, 512, 10000, 4096), ex, w);
+    RunRecords rec =
+        run(scheduler_config(SchedulerPolicy::Chunked, 8, 512, 16, 10000, 4096, 0.01), ex, w, true);
     const RunSummary s = summarize_run(rec, SloTargets{});
     CHECK(s.submitted == n);
     CHECK(s.rejected == int64_t(bad.size()));
@@ -348,10 +253,12 @@ TEST_CASE("Multi-token emissions are clamped to the requested output", "[runner]
   // multi-token emission is checked: no request gets more tokens than it
   // asked for, and tokens, emissions and gaps are counted apart.
   Workload w;
-  w.requests = {req(0, 0.0, 64, 11), req(1, 0.0, 64, 12), req(2, 0.0, 64, 1), req(3, 0.5, 16, 40)};
+  w.requests = {request(0, 0.0, 64, 11), request(1, 0.0, 64, 12), request(2, 0.0, 64, 1),
+                request(3, 0.5, 16, 40)};
   FixedCostExecutor ex(1e-3, 1e-5);
   ex.decode_emit = 3;
-  RunRecords rec = run(config_of(SchedulerPolicy::Chunked), ex, w);
+  RunRecords rec =
+      run(scheduler_config(SchedulerPolicy::Chunked, 64, 512, 16, 10000, 4096, 0.01), ex, w, true);
   int64_t gaps = 0, tokens = 0;
   for (const RequestRecord& r : rec.requests) {
     INFO("request " << r.id);
@@ -370,11 +277,12 @@ TEST_CASE("Multi-token emissions are clamped to the requested output", "[runner]
 
 TEST_CASE("End of sequence finishes a request early", "[runner]") {
   Workload w;
-  w.requests = {req(0, 0.0, 30, 50), req(1, 0.0, 30, 20)};
+  w.requests = {request(0, 0.0, 30, 50), request(1, 0.0, 30, 20)};
   FixedCostExecutor ex(1e-3, 1e-5);
   ex.eos_id = 0;
   ex.eos_after = 7;
-  RunRecords rec = run(config_of(SchedulerPolicy::Chunked), ex, w);
+  RunRecords rec =
+      run(scheduler_config(SchedulerPolicy::Chunked, 64, 512, 16, 10000, 4096, 0.01), ex, w, true);
   REQUIRE(rec.requests[0].completed());
   CHECK(rec.requests[0].tokens_emitted == 7);
   CHECK(rec.requests[1].tokens_emitted == 20);
@@ -386,14 +294,14 @@ TEST_CASE("End of sequence finishes a request early", "[runner]") {
 TEST_CASE("The same seed gives byte-identical outputs and another seed different ones",
           "[runner][determinism]") {
   TempDir tmp("determinism");
-  write_outputs(small_roofline_setup(17), tmp.path / "a");
-  write_outputs(small_roofline_setup(17), tmp.path / "b");
-  write_outputs(small_roofline_setup(18), tmp.path / "c");
+  write_outputs(small_roofline_setup(17), tmp.path() / "a");
+  write_outputs(small_roofline_setup(17), tmp.path() / "b");
+  write_outputs(small_roofline_setup(18), tmp.path() / "c");
   for (const char* file : {"summary.json", "requests.csv", "iterations.csv"}) {
     INFO(file);
-    const std::string a = slurp(tmp.path / "a" / file);
-    const std::string b = slurp(tmp.path / "b" / file);
-    const std::string c = slurp(tmp.path / "c" / file);
+    const std::string a = slurp(tmp.path() / "a" / file);
+    const std::string b = slurp(tmp.path() / "b" / file);
+    const std::string c = slurp(tmp.path() / "c" / file);
     CHECK(a.size() > 100);
     CHECK(a == b);
     CHECK(a != c);

@@ -18,6 +18,8 @@
 #include "sim/request.h"
 #include "sim/scheduler.h"
 
+#include "test_support.h"
+
 using servesim::InputError;
 using servesim::IterationPlan;
 using servesim::IterationResult;
@@ -26,30 +28,11 @@ using servesim::Scheduler;
 using servesim::SchedulerConfig;
 using servesim::SchedulerListener;
 using servesim::SchedulerPolicy;
+using servesim::test::input_error_of;
+using servesim::test::request;
+using servesim::test::scheduler_config;
 
 namespace {
-
-SchedulerConfig config_of(SchedulerPolicy policy, int32_t max_num_seqs, int32_t budget,
-                          int32_t block_size, int64_t num_blocks, int64_t max_model_len,
-                          double watermark = 0.0) {
-  SchedulerConfig c;
-  c.policy = policy;
-  c.max_num_seqs = max_num_seqs;
-  c.max_num_batched_tokens = budget;
-  c.block_size = block_size;
-  c.num_gpu_blocks = num_blocks;
-  c.max_model_len = max_model_len;
-  c.watermark = watermark;
-  return c;
-}
-
-Request req(int64_t id, int32_t prompt, int32_t output) {
-  Request r;
-  r.id = id;
-  r.prompt_tokens = prompt;
-  r.output_tokens = output;
-  return r;
-}
 
 // A plan entry copied out of the plan (its block table is only valid until
 // the next schedule()).
@@ -246,40 +229,36 @@ TEST_CASE("Scheduler policy names round-trip; unknown names are input errors", "
 }
 
 TEST_CASE("SchedulerConfig::validate names the offending flag", "[scheduler]") {
-  const SchedulerConfig good = config_of(SchedulerPolicy::Chunked, 4, 64, 16, 100, 1000);
+  const SchedulerConfig good =
+      scheduler_config(SchedulerPolicy::Chunked, 4, 64, 16, 100, 1000, 0.0);
   CHECK_NOTHROW(good.validate());
-  auto message_of = [](const SchedulerConfig& c) {
-    try {
-      c.validate();
-    } catch (const InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string();
+  // One bad field each, and what the message must name.
+  struct Case {
+    void (*spoil)(SchedulerConfig&);
+    const char* flag;
   };
+  const Case cases[] = {
+      {[](SchedulerConfig& c) { c.max_num_seqs = 0; }, "--max-num-seqs"},
+      {[](SchedulerConfig& c) { c.max_num_batched_tokens = 0; }, "--max-num-batched-tokens"},
+      {[](SchedulerConfig& c) { c.block_size = 0; }, "--block-size"},
+      {[](SchedulerConfig& c) { c.num_gpu_blocks = 0; }, "--num-gpu-blocks"},
+      {[](SchedulerConfig& c) { c.max_model_len = 0; }, "--max-model-len"},
+      {[](SchedulerConfig& c) { c.watermark = 1.0; }, "watermark"},
+  };
+  for (const Case& k : cases) {
+    INFO(k.flag);
+    SchedulerConfig c = good;
+    k.spoil(c);
+    CHECK_THAT(input_error_of([&] { c.validate(); }), Catch::Contains(k.flag));
+  }
   SchedulerConfig c = good;
-  c.max_num_seqs = 0;
-  CHECK_THAT(message_of(c), Catch::Contains("--max-num-seqs"));
-  c = good;
-  c.max_num_batched_tokens = 0;
-  CHECK_THAT(message_of(c), Catch::Contains("--max-num-batched-tokens"));
-  c = good;
-  c.block_size = 0;
-  CHECK_THAT(message_of(c), Catch::Contains("--block-size"));
-  c = good;
-  c.num_gpu_blocks = 0;
-  CHECK_THAT(message_of(c), Catch::Contains("--num-gpu-blocks"));
-  c = good;
-  c.max_model_len = 0;
-  CHECK_THAT(message_of(c), Catch::Contains("--max-model-len"));
-  c = good;
   c.watermark = 1.0;
-  CHECK_THAT(message_of(c), Catch::Contains("watermark"));
   CHECK_THROWS_AS(Scheduler(c), InputError);
 }
 
 TEST_CASE("An idle scheduler makes an empty plan", "[scheduler]") {
   for (auto p : {SchedulerPolicy::Static, SchedulerPolicy::Continuous, SchedulerPolicy::Chunked}) {
-    Driver d(config_of(p, 4, 64, 16, 100, 1000));
+    Driver d(scheduler_config(p, 4, 64, 16, 100, 1000, 0.0));
     d.sched.schedule(d.plan, d);
     CHECK(d.plan.empty());
     CHECK_FALSE(d.sched.has_unfinished());
@@ -287,9 +266,9 @@ TEST_CASE("An idle scheduler makes an empty plan", "[scheduler]") {
 }
 
 TEST_CASE("complete() refuses a plan the scheduler did not make", "[scheduler]") {
-  Driver d(config_of(SchedulerPolicy::Chunked, 4, 64, 16, 100, 1000));
-  REQUIRE_FALSE(d.add(req(0, 10, 3)));
-  REQUIRE_FALSE(d.add(req(1, 10, 3)));
+  Driver d(scheduler_config(SchedulerPolicy::Chunked, 4, 64, 16, 100, 1000, 0.0));
+  REQUIRE_FALSE(d.add(request(0, 0.0, 10, 3)));
+  REQUIRE_FALSE(d.add(request(1, 0.0, 10, 3)));
   d.sched.schedule(d.plan, d);
   REQUIRE(d.plan.sequences.size() == 2);
   IterationPlan other = d.plan;
@@ -298,9 +277,9 @@ TEST_CASE("complete() refuses a plan the scheduler did not make", "[scheduler]")
 }
 
 TEST_CASE("Static: a request arriving mid-batch waits until the batch finishes", "[scheduler]") {
-  Driver d(config_of(SchedulerPolicy::Static, 4, 4096, 16, 1000, 4096));
+  Driver d(scheduler_config(SchedulerPolicy::Static, 4, 4096, 16, 1000, 4096, 0.0));
   const int32_t a_out = 6;
-  REQUIRE_FALSE(d.add(req(0, 30, a_out)));
+  REQUIRE_FALSE(d.add(request(0, 0.0, 30, a_out)));
   const Plan& first = d.step();
   REQUIRE(first.size() == 1);
   CHECK(first[0].is_prefill);
@@ -308,7 +287,7 @@ TEST_CASE("Static: a request arriving mid-batch waits until the batch finishes",
   CHECK(first[0].samples);
 
   // B arrives while A's batch (of one, with three free seats) runs.
-  REQUIRE_FALSE(d.add(req(1, 10, 2)));
+  REQUIRE_FALSE(d.add(request(1, 0.0, 10, 2)));
   while (d.finished.count(0) == 0) {
     const Plan& p = d.step();
     REQUIRE(p.size() == 1);
@@ -327,9 +306,10 @@ TEST_CASE("Static: a request arriving mid-batch waits until the batch finishes",
 
 TEST_CASE("Static: batches hold at most max_num_seqs and last as long as their longest member",
           "[scheduler]") {
-  Driver d(config_of(SchedulerPolicy::Static, 2, 4096, 16, 1000, 4096));
+  Driver d(scheduler_config(SchedulerPolicy::Static, 2, 4096, 16, 1000, 4096, 0.0));
   const std::vector<int32_t> outputs = {3, 7, 2, 4, 5};
-  for (size_t i = 0; i < outputs.size(); ++i) REQUIRE_FALSE(d.add(req(int64_t(i), 20, outputs[i])));
+  for (size_t i = 0; i < outputs.size(); ++i)
+    REQUIRE_FALSE(d.add(request(int64_t(i), 0.0, 20, outputs[i])));
   d.run_to_end();
   // Batches {0, 1}, {2, 3}, {4}: each runs max(outputs) iterations.
   CHECK(d.first_scheduled[0] == 0);
@@ -347,10 +327,10 @@ TEST_CASE("Static: batches hold at most max_num_seqs and last as long as their l
 }
 
 TEST_CASE("Static: a batch stops at the token budget", "[scheduler]") {
-  Driver d(config_of(SchedulerPolicy::Static, 8, 100, 16, 1000, 100));
-  REQUIRE_FALSE(d.add(req(0, 60, 2)));
-  REQUIRE_FALSE(d.add(req(1, 30, 2)));
-  REQUIRE_FALSE(d.add(req(2, 20, 2)));  // 60 + 30 + 20 > 100
+  Driver d(scheduler_config(SchedulerPolicy::Static, 8, 100, 16, 1000, 100, 0.0));
+  REQUIRE_FALSE(d.add(request(0, 0.0, 60, 2)));
+  REQUIRE_FALSE(d.add(request(1, 0.0, 30, 2)));
+  REQUIRE_FALSE(d.add(request(2, 0.0, 20, 2)));  // 60 + 30 + 20 > 100
   const Plan& p = d.step();
   REQUIRE(p.size() == 2);
   CHECK(p[0].id == 0);
@@ -360,8 +340,8 @@ TEST_CASE("Static: a batch stops at the token budget", "[scheduler]") {
 }
 
 TEST_CASE("Continuous: prefills come first, in iterations of their own", "[scheduler]") {
-  Driver d(config_of(SchedulerPolicy::Continuous, 8, 512, 16, 1000, 512));
-  REQUIRE_FALSE(d.add(req(0, 50, 10)));
+  Driver d(scheduler_config(SchedulerPolicy::Continuous, 8, 512, 16, 1000, 512, 0.0));
+  REQUIRE_FALSE(d.add(request(0, 0.0, 50, 10)));
   CHECK(d.step()[0].is_prefill);
   const Plan& decode = d.step();
   REQUIRE(decode.size() == 1);
@@ -369,8 +349,8 @@ TEST_CASE("Continuous: prefills come first, in iterations of their own", "[sched
 
   // Two prompts arrive while request 0 decodes: the next iteration prefills
   // both (whole prompts) and request 0 does not decode in it.
-  REQUIRE_FALSE(d.add(req(1, 40, 5)));
-  REQUIRE_FALSE(d.add(req(2, 30, 5)));
+  REQUIRE_FALSE(d.add(request(1, 0.0, 40, 5)));
+  REQUIRE_FALSE(d.add(request(2, 0.0, 30, 5)));
   const Plan& p = d.step();
   REQUIRE(p.size() == 2);
   CHECK(find(p, 0) == nullptr);
@@ -391,11 +371,11 @@ TEST_CASE("Continuous: prefills come first, in iterations of their own", "[sched
 
 TEST_CASE("Continuous: the token budget splits prefills over iterations, ahead of decodes",
           "[scheduler]") {
-  Driver d(config_of(SchedulerPolicy::Continuous, 8, 100, 16, 1000, 100));
-  REQUIRE_FALSE(d.add(req(0, 20, 10)));
+  Driver d(scheduler_config(SchedulerPolicy::Continuous, 8, 100, 16, 1000, 100, 0.0));
+  REQUIRE_FALSE(d.add(request(0, 0.0, 20, 10)));
   d.step();
-  REQUIRE_FALSE(d.add(req(1, 60, 5)));
-  REQUIRE_FALSE(d.add(req(2, 60, 5)));  // 60 + 60 > 100: one per iteration
+  REQUIRE_FALSE(d.add(request(1, 0.0, 60, 5)));
+  REQUIRE_FALSE(d.add(request(2, 0.0, 60, 5)));  // 60 + 60 > 100: one per iteration
   const Plan& p1 = d.step();
   REQUIRE(p1.size() == 1);
   CHECK(p1[0].id == 1);
@@ -411,9 +391,9 @@ TEST_CASE("Continuous: the watermark holds back an admission that would fill the
           "[scheduler]") {
   // 100 blocks of 16 tokens; a watermark of 0.1 keeps 10 blocks free.
   for (double watermark : {0.0, 0.1}) {
-    Driver d(config_of(SchedulerPolicy::Continuous, 8, 2048, 16, 100, 2048, watermark));
-    REQUIRE_FALSE(d.add(req(0, 16 * 50, 3)));  // 50 blocks
-    REQUIRE_FALSE(d.add(req(1, 16 * 45, 3)));  // 45 more would leave 5 free
+    Driver d(scheduler_config(SchedulerPolicy::Continuous, 8, 2048, 16, 100, 2048, watermark));
+    REQUIRE_FALSE(d.add(request(0, 0.0, 16 * 50, 3)));  // 50 blocks
+    REQUIRE_FALSE(d.add(request(1, 0.0, 16 * 45, 3)));  // 45 more would leave 5 free
     const Plan& p = d.step();
     if (watermark == 0.0) {
       CHECK(p.size() == 2);
@@ -428,12 +408,12 @@ TEST_CASE("Continuous: the watermark holds back an admission that would fill the
 TEST_CASE("Chunked: decodes first, then a long prompt in chunks within the budget",
           "[scheduler]") {
   const int32_t budget = 64;
-  Driver d(config_of(SchedulerPolicy::Chunked, 8, budget, 16, 1000, 4096));
-  REQUIRE_FALSE(d.add(req(0, 20, 30)));
+  Driver d(scheduler_config(SchedulerPolicy::Chunked, 8, budget, 16, 1000, 4096, 0.0));
+  REQUIRE_FALSE(d.add(request(0, 0.0, 20, 30)));
   d.step();  // request 0's prefill
   d.step();  // and a decode
   const int32_t prompt = 200;
-  REQUIRE_FALSE(d.add(req(1, prompt, 3)));
+  REQUIRE_FALSE(d.add(request(1, 0.0, prompt, 3)));
 
   // Each iteration: request 0 decodes (1 token), request 1 takes the rest.
   int32_t cached = 0;
@@ -458,8 +438,8 @@ TEST_CASE("Chunked: decodes first, then a long prompt in chunks within the budge
 }
 
 TEST_CASE("Chunked: a long prompt alone fills the whole budget", "[scheduler]") {
-  Driver d(config_of(SchedulerPolicy::Chunked, 8, 64, 16, 1000, 4096));
-  REQUIRE_FALSE(d.add(req(0, 150, 2)));
+  Driver d(scheduler_config(SchedulerPolicy::Chunked, 8, 64, 16, 1000, 4096, 0.0));
+  REQUIRE_FALSE(d.add(request(0, 0.0, 150, 2)));
   const std::vector<int32_t> want = {64, 64, 22};
   for (size_t i = 0; i < want.size(); ++i) {
     const Plan& p = d.step();
@@ -472,8 +452,8 @@ TEST_CASE("Chunked: a long prompt alone fills the whole budget", "[scheduler]") 
 }
 
 TEST_CASE("Chunked: new prompts share the budget FCFS, the last one partly", "[scheduler]") {
-  Driver d(config_of(SchedulerPolicy::Chunked, 8, 64, 16, 1000, 4096));
-  for (int64_t id = 0; id < 3; ++id) REQUIRE_FALSE(d.add(req(id, 30, 4)));
+  Driver d(scheduler_config(SchedulerPolicy::Chunked, 8, 64, 16, 1000, 4096, 0.0));
+  for (int64_t id = 0; id < 3; ++id) REQUIRE_FALSE(d.add(request(id, 0.0, 30, 4)));
   const Plan& p0 = d.step();
   REQUIRE(p0.size() == 3);
   CHECK(p0[0].query == 30);
@@ -494,8 +474,8 @@ TEST_CASE("Chunked: new prompts share the budget FCFS, the last one partly", "[s
 
 TEST_CASE("max_num_seqs caps the running sequences", "[scheduler]") {
   for (auto policy : {SchedulerPolicy::Continuous, SchedulerPolicy::Chunked}) {
-    Driver d(config_of(policy, 3, 4096, 16, 1000, 4096));
-    for (int64_t id = 0; id < 10; ++id) REQUIRE_FALSE(d.add(req(id, 10, 5)));
+    Driver d(scheduler_config(policy, 3, 4096, 16, 1000, 4096, 0.0));
+    for (int64_t id = 0; id < 10; ++id) REQUIRE_FALSE(d.add(request(id, 0.0, 10, 5)));
     CHECK(d.step().size() == 3);
     CHECK(d.sched.num_running() == 3);
     CHECK(d.sched.num_waiting() == 7);
@@ -512,9 +492,9 @@ TEST_CASE("Preemption by recompute evicts the newest sequence, which later compl
   // tokens, after 13 outputs), and request 1, the newest, is evicted.
   for (auto policy : {SchedulerPolicy::Continuous, SchedulerPolicy::Chunked}) {
     INFO("policy " << servesim::to_string(policy));
-    Driver d(config_of(policy, 8, 64, 4, 10, 64));
-    REQUIRE_FALSE(d.add(req(0, 8, 20)));
-    REQUIRE_FALSE(d.add(req(1, 8, 20)));
+    Driver d(scheduler_config(policy, 8, 64, 4, 10, 64, 0.0));
+    REQUIRE_FALSE(d.add(request(0, 0.0, 8, 20)));
+    REQUIRE_FALSE(d.add(request(1, 0.0, 8, 20)));
     int32_t tokens_before = -1;
     while (d.sched.has_unfinished()) {
       const bool was_preempted = d.preempted[1] > 0;
@@ -544,50 +524,50 @@ TEST_CASE("Preemption by recompute evicts the newest sequence, which later compl
 
 TEST_CASE("Rejections name the limit and queue nothing", "[scheduler]") {
   SECTION("max model length") {
-    Driver d(config_of(SchedulerPolicy::Chunked, 8, 64, 16, 1000, 100));
-    auto reason = d.add(req(0, 60, 41));
+    Driver d(scheduler_config(SchedulerPolicy::Chunked, 8, 64, 16, 1000, 100, 0.0));
+    auto reason = d.add(request(0, 0.0, 60, 41));
     REQUIRE(reason);
     CHECK_THAT(*reason, Catch::Contains("max model length"));
     CHECK_FALSE(d.sched.has_unfinished());
-    CHECK_FALSE(d.add(req(1, 60, 40)));  // exactly max_model_len fits
+    CHECK_FALSE(d.add(request(1, 0.0, 60, 40)));  // exactly max_model_len fits
     d.run_to_end();
   }
   SECTION("more KV blocks than the whole cache") {
-    Driver d(config_of(SchedulerPolicy::Chunked, 8, 64, 16, 10, 4096));
-    auto reason = d.add(req(0, 100, 61));  // 161 tokens: 11 blocks of 16
+    Driver d(scheduler_config(SchedulerPolicy::Chunked, 8, 64, 16, 10, 4096, 0.0));
+    auto reason = d.add(request(0, 0.0, 100, 61));  // 161 tokens: 11 blocks of 16
     REQUIRE(reason);
     CHECK_THAT(*reason, Catch::Contains("KV blocks"));
     CHECK_FALSE(d.sched.has_unfinished());
-    CHECK_FALSE(d.add(req(1, 100, 60)));  // 160 tokens: exactly 10 blocks
+    CHECK_FALSE(d.add(request(1, 0.0, 100, 60)));  // 160 tokens: exactly 10 blocks
     d.run_to_end();
   }
   SECTION("the watermark's blocks are not admittable") {
     // floor(0.1 * 10) = 1 block kept free: 9 blocks = 144 tokens usable.
-    Driver d(config_of(SchedulerPolicy::Chunked, 8, 64, 16, 10, 4096, 0.1));
-    CHECK(d.add(req(0, 100, 45)));
-    CHECK_FALSE(d.add(req(1, 100, 44)));
+    Driver d(scheduler_config(SchedulerPolicy::Chunked, 8, 64, 16, 10, 4096, 0.1));
+    CHECK(d.add(request(0, 0.0, 100, 45)));
+    CHECK_FALSE(d.add(request(1, 0.0, 100, 44)));
     d.run_to_end();
   }
   SECTION("a prompt longer than the budget under a policy that cannot chunk") {
     for (auto policy : {SchedulerPolicy::Continuous, SchedulerPolicy::Static}) {
-      Driver d(config_of(policy, 8, 64, 16, 1000, 4096));
-      auto reason = d.add(req(0, 70, 1));
+      Driver d(scheduler_config(policy, 8, 64, 16, 1000, 4096, 0.0));
+      auto reason = d.add(request(0, 0.0, 70, 1));
       REQUIRE(reason);
       CHECK_THAT(*reason, Catch::Contains("--max-num-batched-tokens"));
       CHECK_FALSE(d.sched.has_unfinished());
     }
     // Chunked serves it in two chunks.
-    Driver d(config_of(SchedulerPolicy::Chunked, 8, 64, 16, 1000, 4096));
-    REQUIRE_FALSE(d.add(req(0, 70, 1)));
+    Driver d(scheduler_config(SchedulerPolicy::Chunked, 8, 64, 16, 1000, 4096, 0.0));
+    REQUIRE_FALSE(d.add(request(0, 0.0, 70, 1)));
     d.run_to_end();
     REQUIRE(d.history.size() == 2);
     CHECK(d.history[0][0].query == 64);
     CHECK(d.history[1][0].query == 6);
   }
   SECTION("an empty prompt or output") {
-    Driver d(config_of(SchedulerPolicy::Chunked, 8, 64, 16, 1000, 4096));
-    CHECK(d.add(req(0, 0, 5)));
-    CHECK(d.add(req(1, 5, 0)));
+    Driver d(scheduler_config(SchedulerPolicy::Chunked, 8, 64, 16, 1000, 4096, 0.0));
+    CHECK(d.add(request(0, 0.0, 0, 5)));
+    CHECK(d.add(request(1, 0.0, 5, 0)));
     CHECK_FALSE(d.sched.has_unfinished());
   }
 }
@@ -601,7 +581,7 @@ TEST_CASE("Every policy keeps the plan contract on a random stream with a tight 
   for (auto policy : {SchedulerPolicy::Static, SchedulerPolicy::Continuous, SchedulerPolicy::Chunked}) {
     INFO("policy " << servesim::to_string(policy));
     const int32_t budget = policy == SchedulerPolicy::Chunked ? 128 : 512;
-    Driver d(config_of(policy, 16, budget, 16, 120, 512, 0.01));
+    Driver d(scheduler_config(policy, 16, budget, 16, 120, 512, 0.01));
     std::mt19937_64 rng(7);
     int64_t next_id = 0;
     const int64_t n = 300;
@@ -610,7 +590,7 @@ TEST_CASE("Every policy keeps the plan contract on a random stream with a tight 
       for (int k = 0; k < arrivals && next_id < n; ++k, ++next_id) {
         const int32_t prompt = 1 + int32_t(rng() % 300);
         const int32_t output = 1 + int32_t(rng() % 60);
-        REQUIRE_FALSE(d.add(req(next_id, prompt, output)));
+        REQUIRE_FALSE(d.add(request(next_id, 0.0, prompt, output)));
       }
       if (d.sched.has_unfinished()) d.step();
       REQUIRE(d.history.size() < 100000);

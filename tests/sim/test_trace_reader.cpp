@@ -1,9 +1,7 @@
 #include <catch2/catch.hpp>
-#include <unistd.h>
 
 #include <cmath>
-#include <filesystem>
-#include <fstream>
+#include <initializer_list>
 #include <limits>
 #include <string>
 #include <vector>
@@ -11,11 +9,14 @@
 #include "sim/errors.h"
 #include "sim/trace_reader.h"
 
+#include "test_support.h"
+
 using servesim::InputError;
 using servesim::read_trace;
 using servesim::Request;
 using servesim::TraceFormat;
 using servesim::TraceOptions;
+using servesim::test::TempFile;
 
 namespace {
 
@@ -24,28 +25,6 @@ const std::string kConvTrace = std::string(SERVESIM_SOURCE_DIR) + "/data/traces/
 const std::string kCodeTrace = std::string(SERVESIM_SOURCE_DIR) + "/data/traces/azure_code_2023.csv";
 const std::string kAzureHeader = "TIMESTAMP,ContextTokens,GeneratedTokens\n";
 const std::string kCsvHeader = "arrival_s,prompt_tokens,output_tokens\n";
-
-// A trace file written for one test and removed afterwards. The name carries
-// the case's own name and the process id so parallel test runs do not collide.
-class TempTrace {
- public:
-  TempTrace(const std::string& name, const std::string& content)
-      : path_((std::filesystem::temp_directory_path() /
-               ("servesim_trace_" + std::to_string(getpid()) + "_" + name + ".csv"))
-                  .string()) {
-    std::ofstream(path_, std::ios::binary) << content;
-  }
-  ~TempTrace() {
-    std::error_code ec;
-    std::filesystem::remove(path_, ec);
-  }
-  TempTrace(const TempTrace&) = delete;
-  TempTrace& operator=(const TempTrace&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 TraceOptions options(const std::string& path, TraceFormat format = TraceFormat::Azure) {
   TraceOptions o;
@@ -65,10 +44,22 @@ void check_well_formed(const std::vector<Request>& rs) {
   }
 }
 
+// Reading the conversation trace with `field` set to each of `bad` in turn
+// fails with a message that names `option`.
+template <typename T>
+void check_refused(T TraceOptions::*field, std::initializer_list<T> bad,
+                   const std::string& option) {
+  for (T v : bad) {
+    auto o = options(kConvTrace);
+    o.*field = v;
+    CHECK_THROWS_WITH(read_trace(o), Catch::Contains(option));
+  }
+}
+
 // Expects an InputError whose message points at PATH:LINE and mentions `what`.
 void check_error_at(const std::string& name, const std::string& content, int line,
                     const std::string& what, TraceFormat format = TraceFormat::Azure) {
-  const TempTrace file(name, content);
+  const TempFile file(name, content, ".csv");
   INFO("case " << name);
   const std::string where = file.path() + ":" + std::to_string(line) + ":";
   CHECK_THROWS_AS(read_trace(options(file.path(), format)), InputError);
@@ -200,7 +191,7 @@ TEST_CASE("Sorting keeps the file order of requests with equal arrival times", "
   // Enough ties that an unstable sort (introsort past 16 elements) would reorder them.
   std::string content = kCsvHeader;
   for (int i = 1; i <= 60; ++i) content += (i % 2 ? "2.0," : "1.0,") + std::to_string(i) + ",1\n";
-  const TempTrace file("ties", content);
+  const TempFile file("ties", content, ".csv");
   const auto rs = read_trace(options(file.path(), TraceFormat::Csv));
   REQUIRE(rs.size() == 60);
   for (size_t i = 0; i < 30; ++i) {
@@ -227,8 +218,8 @@ TEST_CASE("Azure timestamps across month ends, leap days and UTC offsets", "[tra
   };
   for (const auto& c : cases) {
     INFO("case " << c.name);
-    const TempTrace file(std::string("ts_") + c.name,
-                         kAzureHeader + c.first + ",1,1\n" + c.second + ",2,2\n");
+    const TempFile file(std::string("ts_") + c.name,
+                        kAzureHeader + c.first + ",1,1\n" + c.second + ",2,2\n", ".csv");
     const auto rs = read_trace(options(file.path()));
     REQUIRE(rs.size() == 2);
     CHECK(rs[0].prompt_tokens == 1);
@@ -260,26 +251,10 @@ TEST_CASE("Plain CSV traces", "[trace]") {
 TEST_CASE("Bad trace options are errors", "[trace]") {
   const double inf = std::numeric_limits<double>::infinity();
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  for (double v : {0.0, -1.0, nan, inf}) {
-    auto o = options(kConvTrace);
-    o.rate_scale = v;
-    CHECK_THROWS_WITH(read_trace(o), Catch::Contains("rate scale"));
-  }
-  for (double v : {-1.0, nan, inf}) {
-    auto o = options(kConvTrace);
-    o.window_start_s = v;
-    CHECK_THROWS_WITH(read_trace(o), Catch::Contains("window start"));
-  }
-  for (double v : {0.0, -5.0, nan}) {
-    auto o = options(kConvTrace);
-    o.window_duration_s = v;
-    CHECK_THROWS_WITH(read_trace(o), Catch::Contains("window duration"));
-  }
-  for (int64_t v : {0, -2}) {
-    auto o = options(kConvTrace);
-    o.max_requests = v;
-    CHECK_THROWS_WITH(read_trace(o), Catch::Contains("max requests"));
-  }
+  check_refused<double>(&TraceOptions::rate_scale, {0.0, -1.0, nan, inf}, "rate scale");
+  check_refused<double>(&TraceOptions::window_start_s, {-1.0, nan, inf}, "window start");
+  check_refused<double>(&TraceOptions::window_duration_s, {0.0, -5.0, nan}, "window duration");
+  check_refused<int64_t>(&TraceOptions::max_requests, {0, -2}, "max requests");
   CHECK_THROWS_AS(read_trace(options("")), InputError);
 }
 

@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <initializer_list>
 #include <limits>
 #include <map>
 #include <set>
@@ -290,14 +291,21 @@ TEST_CASE("Every bad workload value throws InputError naming the flag", "[worklo
   const double inf = std::numeric_limits<double>::infinity();
   const double nan = std::numeric_limits<double>::quiet_NaN();
 
-  for (auto p : {ArrivalProcess::Poisson, ArrivalProcess::Gamma, ArrivalProcess::Constant}) {
-    for (double rate : {0.0, -1.0, nan, inf, -inf}) {
-      auto s = spec_of(p, 10, rate);
-      INFO(servesim::to_string(p) << " rate " << rate);
-      CHECK_THROWS_AS(make_workload(s), InputError);
-      CHECK_THROWS_WITH(make_workload(s), Contains("--rate must be > 0"));
+  // Every open-loop synthetic process refuses each of `rates` for `n`
+  // requests, with a message that contains `what`.
+  auto check_rates_refused = [](int64_t n, std::initializer_list<double> rates,
+                                const std::string& what) {
+    for (auto p : {ArrivalProcess::Poisson, ArrivalProcess::Gamma, ArrivalProcess::Constant}) {
+      for (double rate : rates) {
+        auto s = spec_of(p, n, rate);
+        INFO(servesim::to_string(p) << " rate " << rate);
+        CHECK_THROWS_AS(make_workload(s), InputError);
+        CHECK_THROWS_WITH(make_workload(s), Contains(what));
+      }
     }
-  }
+  };
+
+  check_rates_refused(10, {0.0, -1.0, nan, inf, -inf}, "--rate must be > 0");
   CHECK_THROWS_WITH(make_workload(spec_of(ArrivalProcess::Poisson, 10, -1)),
                     Contains("(got -1)"));
 
@@ -349,15 +357,6 @@ TEST_CASE("Every bad workload value throws InputError naming the flag", "[worklo
     s.lengths_from_trace = t;
     CHECK_THROWS_WITH(make_workload(s), Contains("trace_plain_small.csv:1:"));
   }
-  {
-    // A rate so small that the arrival times overflow is caught, not returned as inf.
-    for (auto p : {ArrivalProcess::Poisson, ArrivalProcess::Gamma, ArrivalProcess::Constant}) {
-      for (double rate : {1e-307, 1e-320}) {
-        auto s = spec_of(p, 1000, rate);
-        INFO(servesim::to_string(p) << " rate " << rate);
-        CHECK_THROWS_AS(make_workload(s), InputError);
-        CHECK_THROWS_WITH(make_workload(s), Contains("--rate"));
-      }
-    }
-  }
+  // A rate so small that the arrival times overflow is caught, not returned as inf.
+  check_rates_refused(1000, {1e-307, 1e-320}, "--rate");
 }
