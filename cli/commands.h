@@ -6,6 +6,7 @@
 namespace servesim::cli {
 
 int simulate_command(int argc, const char* const* argv);
+int run_command(int argc, const char* const* argv);
 int models_command(int argc, const char* const* argv);
 int hardware_command(int argc, const char* const* argv);
 

@@ -11,21 +11,22 @@
 
 namespace servesim::cli {
 
-po::options_description workload_options() {
+po::options_description workload_options(const WorkloadDefaults& defaults) {
   po::options_description o("Workload", kHelpWidth);
   o.add_options()
       ("arrival", po::value<std::string>()->default_value("poisson"),
        "arrival process: poisson | gamma | constant (open loop, at --rate) | closed (--concurrency "
        "requests in flight, a new one when one finishes)")
-      ("rate", po::value<double>()->default_value(10.0, "10"), "open-loop arrival rate, requests/s")
+      ("rate", po::value<double>()->default_value(std::stod(defaults.rate), defaults.rate),
+       "open-loop arrival rate, requests/s")
       ("cv", po::value<double>()->default_value(1.0, "1"),
        "gamma arrivals: coefficient of variation of the gaps (>1 is burstier than Poisson)")
       ("concurrency", po::value<int64_t>(), "closed loop: requests in flight")
-      ("num-requests", po::value<int64_t>()->default_value(1000), "requests to generate")
-      ("prompt-len", po::value<std::string>()->default_value("lognormal:1024:1.0:16:8192"),
+      ("num-requests", po::value<int64_t>()->default_value(defaults.num_requests), "requests to generate")
+      ("prompt-len", po::value<std::string>()->default_value(defaults.prompt_len),
        "prompt tokens: N | fixed:N | uniform:LO:HI | normal:MEAN:STD[:LO:HI] | "
        "lognormal:MEAN:SIGMA[:LO:HI] (MEAN in tokens, SIGMA of ln length)")
-      ("output-len", po::value<std::string>()->default_value("lognormal:256:1.0:1:2048"),
+      ("output-len", po::value<std::string>()->default_value(defaults.output_len),
        "output tokens, same syntax as --prompt-len")
       ("lengths-from-trace", po::value<std::string>(),
        "resample (prompt, output) pairs from this trace (format from --trace-format) instead of "
@@ -82,20 +83,14 @@ po::options_description slo_options() {
   return o;
 }
 
-namespace {
-
-// Boost's lexical_cast turns "-1" into 2^64 - 1 for an unsigned option, so
-// the seed is read as text and parsed strictly.
-uint64_t parse_seed(const std::string& text) {
+uint64_t parse_seed(const std::string& text, const std::string& flag) {
   uint64_t seed = 0;
   const char* end = text.data() + text.size();
   const auto [ptr, ec] = std::from_chars(text.data(), end, seed);
   if (text.empty() || ec != std::errc() || ptr != end)
-    throw InputError(fmt::format("--seed: '{}' is not an integer in [0, 18446744073709551615]", text));
+    throw InputError(fmt::format("{}: '{}' is not an integer in [0, 18446744073709551615]", flag, text));
   return seed;
 }
-
-}  // namespace
 
 namespace {
 
@@ -128,7 +123,7 @@ void reject_flags_that_do_not_apply(const po::variables_map& vm, ArrivalProcess 
 
 WorkloadSpec workload_from(const po::variables_map& vm) {
   WorkloadSpec w;
-  w.seed = parse_seed(vm["seed"].as<std::string>());
+  w.seed = parse_seed(vm["seed"].as<std::string>(), "--seed");
   const bool has_trace = vm.count("trace") > 0;
   if (has_trace) {
     if (!vm["arrival"].defaulted())

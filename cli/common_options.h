@@ -17,7 +17,16 @@ namespace po = boost::program_options;
 // Width of --help text, in columns.
 inline constexpr unsigned kHelpWidth = 100;
 
-po::options_description workload_options();
+// Defaults of the workload flags: simulate predicts GPU-sized workloads, run
+// serves CPU-sized ones for real.
+struct WorkloadDefaults {
+  std::string rate = "10";
+  int64_t num_requests = 1000;
+  std::string prompt_len = "lognormal:1024:1.0:16:8192";
+  std::string output_len = "lognormal:256:1.0:1:2048";
+};
+
+po::options_description workload_options(const WorkloadDefaults& defaults = {});
 po::options_description scheduler_options();
 po::options_description roofline_options();
 po::options_description slo_options();
@@ -28,6 +37,10 @@ WorkloadSpec workload_from(const po::variables_map& vm);
 SchedulerSettings scheduler_from(const po::variables_map& vm);
 RooflineOptions roofline_from(const po::variables_map& vm);
 SloTargets slo_from(const po::variables_map& vm);
+
+// Boost's lexical_cast turns "-1" into 2^64 - 1 for an unsigned option, so
+// seeds are read as text and parsed strictly (InputError naming `flag`).
+uint64_t parse_seed(const std::string& text, const std::string& flag);
 
 // Parses argv (after the command word) against `options`: unknown flags,
 // stray positional arguments and malformed values throw InputError.

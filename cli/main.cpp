@@ -15,6 +15,7 @@ void print_usage(std::FILE* to) {
       "\n"
       "commands:\n"
       "  simulate   predict TTFT/TPOT of a workload with the discrete-event simulator\n"
+      "  run        serve a workload for real with the built-in decoder (CPU) and measure it\n"
       "  models     list the built-in model presets (parameters, weight and KV bytes)\n"
       "  hardware   list the built-in GPU presets (datasheet FLOP/s, bandwidth, memory)\n"
       "\n"
@@ -43,6 +44,7 @@ int main(int argc, char** argv) {
   const char* const* sub_argv = argv + 1;
   try {
     if (command == "simulate") return servesim::cli::simulate_command(sub_argc, sub_argv);
+    if (command == "run") return servesim::cli::run_command(sub_argc, sub_argv);
     if (command == "models") return servesim::cli::models_command(sub_argc, sub_argv);
     if (command == "hardware") return servesim::cli::hardware_command(sub_argc, sub_argv);
     std::fprintf(stderr, "servesim: unknown command '%s'\n\n", command.c_str());

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 
 namespace servesim {
 
@@ -25,6 +27,23 @@ class VirtualClock final : public Clock {
 
  private:
   double now_ = 0.0;
+};
+
+// A real run: time passes while the executor works; idle waits sleep.
+class WallClock final : public Clock {
+ public:
+  WallClock() : start_(std::chrono::steady_clock::now()) {}
+  double now() const override {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+  void advance(double) override {}  // the iteration's time has already passed
+  void wait_until(double time_s) override {
+    const double wait = time_s - now();
+    if (wait > 0) std::this_thread::sleep_for(std::chrono::duration<double>(wait));
+  }
+
+ private:
+  std::chrono::steady_clock::time_point start_;
 };
 
 }  // namespace servesim

@@ -3,6 +3,7 @@
 // Executors hold no scheduling logic.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "sim/iteration_plan.h"
@@ -15,6 +16,9 @@ class Executor {
   virtual std::string name() const = 0;
   // Fills `result` (reset by the caller) for `plan` (never empty).
   virtual void execute(const IterationPlan& plan, IterationResult& result) = 0;
+  // The request has completed: state kept for it (its tokens) can go. A
+  // preempted request is not finished; it comes back to be recomputed.
+  virtual void on_request_finished(int64_t request_id) { (void)request_id; }
 };
 
 }  // namespace servesim

@@ -41,6 +41,7 @@ void MetricsRecorder::on_finished(int64_t id) {
   records_.requests[size_t(id)].finish_s = now_;
   records_.end_s = std::max(records_.end_s, now_);
   ++finished_since_;
+  completed_ids_.push_back(id);
 }
 
 void MetricsRecorder::on_preempted(int64_t id) {

@@ -84,11 +84,14 @@ class MetricsRecorder final : public SchedulerListener {
     finished_since_ = 0;
     return n;
   }
+  // Ids of the requests completed since the last call (for the executor).
+  std::vector<int64_t>& completed_ids() { return completed_ids_; }
 
  private:
   RunRecords& records_;
   double now_ = 0;
   int64_t finished_since_ = 0;
+  std::vector<int64_t> completed_ids_;
 };
 
 struct SloTargets {

@@ -21,7 +21,7 @@ std::string lower(std::string s) {
 // Builds a preset; head_dim 0 means hidden / heads.
 ModelSpec preset(std::string name, std::string arch, int64_t d, int64_t inter, int64_t layers,
                  int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t vocab, bool tied,
-                 bool qkv_bias, int64_t max_pos, double rope_theta, double eps) {
+                 bool qkv_bias, int64_t max_pos, double rope_theta, double eps, int64_t eos) {
   ModelSpec m;
   m.name = std::move(name);
   m.architecture = std::move(arch);
@@ -37,6 +37,7 @@ ModelSpec preset(std::string name, std::string arch, int64_t d, int64_t inter, i
   m.max_position_embeddings = max_pos;
   m.rope_theta = rope_theta;
   m.rms_norm_eps = eps;
+  m.eos_token_id = eos;
   return m;
 }
 
@@ -128,6 +129,9 @@ void ModelSpec::validate(const std::string& source) const {
   if (architecture != "llama" && architecture != "mistral" && architecture != "qwen2")
     throw InputError(fmt::format("{}: model_type '{}' is not supported (llama, mistral, qwen2)",
                                  source, architecture));
+  if (eos_token_id < 0 || eos_token_id >= vocab_size)
+    throw InputError(fmt::format("{}: 'eos_token_id' {} is outside the vocabulary [0, {})", source,
+                                 eos_token_id, vocab_size));
   if (!(rope_theta > 0)) throw InputError(fmt::format("{}: 'rope_theta' must be > 0", source));
   if (!(rms_norm_eps > 0)) throw InputError(fmt::format("{}: 'rms_norm_eps' must be > 0", source));
   (void)dtype_bytes();  // throws for an unknown dtype
@@ -167,25 +171,33 @@ ModelSpec model_from_config_json(const std::string& path) {
   m.torch_dtype = optional_string(j, "torch_dtype", m.torch_dtype, f);
   m.rope_theta = optional_number(j, "rope_theta", 10000.0, f);
   m.rms_norm_eps = optional_number(j, "rms_norm_eps", 1e-6, f);  // transformers' LlamaConfig default
+  if (j.contains("eos_token_id") && !j["eos_token_id"].is_null()) {
+    const auto& eos = j["eos_token_id"];
+    const auto& first = eos.is_array() && !eos.empty() ? eos[0] : eos;
+    if (!first.is_number_integer() || first.get<int64_t>() < 0)
+      throw InputError(fmt::format("{}: field 'eos_token_id' must be a token id or a list of them (got {})",
+                                   f, eos.dump()));
+    m.eos_token_id = first.get<int64_t>();
+  }
   m.validate(f);
   return m;
 }
 
 const std::vector<ModelSpec>& model_presets() {
   // Fields copied from each model's Hugging Face config.json.
-  //                 name              arch       d     I      L   H   Hkv dh   V       tied  bias  max_pos  theta   eps
+  //                 name              arch       d     I      L   H   Hkv dh   V       tied  bias  max_pos  theta   eps  eos
   static const std::vector<ModelSpec> presets = {
-      preset("llama-3.1-8b", "llama", 4096, 14336, 32, 32, 8, 128, 128256, false, false, 131072, 500000, 1e-5),
-      preset("llama-3.1-70b", "llama", 8192, 28672, 80, 64, 8, 128, 128256, false, false, 131072, 500000, 1e-5),
-      preset("llama-3.2-1b", "llama", 2048, 8192, 16, 32, 8, 64, 128256, true, false, 131072, 500000, 1e-5),
-      preset("llama-3.2-3b", "llama", 3072, 8192, 28, 24, 8, 128, 128256, true, false, 131072, 500000, 1e-5),
-      preset("qwen2.5-7b", "qwen2", 3584, 18944, 28, 28, 4, 128, 152064, false, true, 131072, 1000000, 1e-6),
-      preset("mistral-7b", "mistral", 4096, 14336, 32, 32, 8, 128, 32768, false, false, 32768, 1000000, 1e-5),
-      preset("tinyllama-1.1b", "llama", 2048, 5632, 22, 32, 4, 64, 32000, false, false, 2048, 10000, 1e-5),
+      preset("llama-3.1-8b", "llama", 4096, 14336, 32, 32, 8, 128, 128256, false, false, 131072, 500000, 1e-5, 128001),
+      preset("llama-3.1-70b", "llama", 8192, 28672, 80, 64, 8, 128, 128256, false, false, 131072, 500000, 1e-5, 128001),
+      preset("llama-3.2-1b", "llama", 2048, 8192, 16, 32, 8, 64, 128256, true, false, 131072, 500000, 1e-5, 128001),
+      preset("llama-3.2-3b", "llama", 3072, 8192, 28, 24, 8, 128, 128256, true, false, 131072, 500000, 1e-5, 128001),
+      preset("qwen2.5-7b", "qwen2", 3584, 18944, 28, 28, 4, 128, 152064, false, true, 131072, 1000000, 1e-6, 151643),
+      preset("mistral-7b", "mistral", 4096, 14336, 32, 32, 8, 128, 32768, false, false, 32768, 1000000, 1e-5, 2),
+      preset("tinyllama-1.1b", "llama", 2048, 5632, 22, 32, 4, 64, 32000, false, false, 2048, 10000, 1e-5, 2),
       // CPU-sized models for the built-in decoder (llama2.c's stories15M and
       // stories110M shapes; they share the classifier with the embedding).
-      preset("tiny-15m", "llama", 288, 768, 6, 6, 6, 48, 32000, true, false, 256, 10000, 1e-5),
-      preset("small-110m", "llama", 768, 2048, 12, 12, 12, 64, 32000, true, false, 1024, 10000, 1e-5),
+      preset("tiny-15m", "llama", 288, 768, 6, 6, 6, 48, 32000, true, false, 256, 10000, 1e-5, 2),
+      preset("small-110m", "llama", 768, 2048, 12, 12, 12, 64, 32000, true, false, 1024, 10000, 1e-5, 2),
   };
   return presets;
 }

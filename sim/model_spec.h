@@ -24,6 +24,7 @@ struct ModelSpec {
   std::string torch_dtype = "bfloat16";
   double rope_theta = 10000.0;
   double rms_norm_eps = 1e-5;
+  int64_t eos_token_id = 2;            // the first id when config.json lists several
 
   // Bytes of one weight or KV element in torch_dtype (bf16/fp16: 2, fp32: 4).
   int dtype_bytes() const;

@@ -76,6 +76,8 @@ RunRecords Runner::run(const Workload& workload) {
     recorder.set_now(clock_.now());
     rec.kv_blocks_used = scheduler_.kv().num_used();
     scheduler_.complete(plan, result, recorder);
+    for (int64_t id : recorder.completed_ids()) executor_.on_request_finished(id);
+    recorder.completed_ids().clear();
     absorb_finished();
 
     rec.duration_s = result.duration_s;

@@ -58,43 +58,37 @@ SimulationOutput simulate(const SimulationSetup& setup,
   return simulate_workload(setup, make_workload(setup.workload), std::move(progress));
 }
 
-nlohmann::json setup_to_json(const SimulationSetup& setup, const SchedulerConfig& c) {
-  const ModelSpec& m = setup.model;
-  const HardwareSpec& h = setup.hardware;
-  const WorkloadSpec& w = setup.workload;
-  nlohmann::json j;
-  j["model"] = {{"name", m.name},
-                {"architecture", m.architecture},
-                {"hidden_size", m.hidden_size},
-                {"intermediate_size", m.intermediate_size},
-                {"num_hidden_layers", m.num_hidden_layers},
-                {"num_attention_heads", m.num_attention_heads},
-                {"num_key_value_heads", m.num_key_value_heads},
-                {"head_dim", m.head_dim},
-                {"vocab_size", m.vocab_size},
-                {"tie_word_embeddings", m.tie_word_embeddings},
-                {"attention_bias", m.attention_bias},
-                {"max_position_embeddings", m.max_position_embeddings},
-                {"torch_dtype", m.torch_dtype},
-                {"parameters", m.parameter_count()},
-                {"weight_bytes", m.weight_bytes()},
-                {"kv_bytes_per_token", m.kv_bytes_per_token()}};
-  j["hardware"] = {{"name", h.name},
-                   {"bf16_flops", h.bf16_flops},
-                   {"memory_bandwidth_bytes_per_s", h.memory_bandwidth},
-                   {"memory_bytes", h.memory_bytes}};
-  j["scheduler"] = {{"policy", to_string(c.policy)},
-                    {"max_num_seqs", c.max_num_seqs},
-                    {"max_num_batched_tokens", c.max_num_batched_tokens},
-                    {"block_size", c.block_size},
-                    {"num_gpu_blocks", c.num_gpu_blocks},
-                    {"gpu_memory_utilization", setup.scheduler.gpu_memory_utilization},
-                    {"max_model_len", c.max_model_len},
-                    {"watermark", c.watermark}};
-  j["cost_model"] = {{"executor", "roofline"},
-                     {"compute_efficiency", setup.roofline.compute_efficiency},
-                     {"memory_efficiency", setup.roofline.memory_efficiency},
-                     {"iteration_overhead_s", setup.roofline.iteration_overhead_s}};
+nlohmann::json model_to_json(const ModelSpec& m) {
+  return {{"name", m.name},
+          {"architecture", m.architecture},
+          {"hidden_size", m.hidden_size},
+          {"intermediate_size", m.intermediate_size},
+          {"num_hidden_layers", m.num_hidden_layers},
+          {"num_attention_heads", m.num_attention_heads},
+          {"num_key_value_heads", m.num_key_value_heads},
+          {"head_dim", m.head_dim},
+          {"vocab_size", m.vocab_size},
+          {"tie_word_embeddings", m.tie_word_embeddings},
+          {"attention_bias", m.attention_bias},
+          {"max_position_embeddings", m.max_position_embeddings},
+          {"torch_dtype", m.torch_dtype},
+          {"parameters", m.parameter_count()},
+          {"weight_bytes", m.weight_bytes()},
+          {"kv_bytes_per_token", m.kv_bytes_per_token()}};
+}
+
+nlohmann::json scheduler_to_json(const SchedulerConfig& c, double gpu_memory_utilization) {
+  return {{"policy", to_string(c.policy)},
+          {"max_num_seqs", c.max_num_seqs},
+          {"max_num_batched_tokens", c.max_num_batched_tokens},
+          {"block_size", c.block_size},
+          {"num_gpu_blocks", c.num_gpu_blocks},
+          {"gpu_memory_utilization", gpu_memory_utilization},
+          {"max_model_len", c.max_model_len},
+          {"watermark", c.watermark}};
+}
+
+nlohmann::json workload_to_json(const WorkloadSpec& w) {
   nlohmann::json wl = {{"arrival", to_string(w.arrival)}, {"seed", w.seed}};
   if (w.arrival == ArrivalProcess::Trace) {
     wl["trace"] = {{"path", w.trace.path},
@@ -103,23 +97,39 @@ nlohmann::json setup_to_json(const SimulationSetup& setup, const SchedulerConfig
                    {"window_start_s", w.trace.window_start_s},
                    {"max_requests", w.trace.max_requests}};
     if (std::isfinite(w.trace.window_duration_s)) wl["trace"]["window_duration_s"] = w.trace.window_duration_s;
-  } else {
-    wl["num_requests"] = w.num_requests;
-    if (w.arrival == ArrivalProcess::Closed) {
-      wl["concurrency"] = w.concurrency;
-    } else {
-      wl["rate"] = w.rate;
-      if (w.arrival == ArrivalProcess::Gamma) wl["cv"] = w.cv;
-    }
-    if (w.lengths_from_trace) {
-      wl["lengths_from_trace"] = w.lengths_from_trace->path;
-    } else {
-      wl["prompt_len"] = LengthDistribution::parse(w.prompt_len, "--prompt-len").describe();
-      wl["output_len"] = LengthDistribution::parse(w.output_len, "--output-len").describe();
-    }
+    return wl;
   }
-  j["workload"] = wl;
-  j["seed"] = w.seed;
+  wl["num_requests"] = w.num_requests;
+  if (w.arrival == ArrivalProcess::Closed) {
+    wl["concurrency"] = w.concurrency;
+  } else {
+    wl["rate"] = w.rate;
+    if (w.arrival == ArrivalProcess::Gamma) wl["cv"] = w.cv;
+  }
+  if (w.lengths_from_trace) {
+    wl["lengths_from_trace"] = w.lengths_from_trace->path;
+  } else {
+    wl["prompt_len"] = LengthDistribution::parse(w.prompt_len, "--prompt-len").describe();
+    wl["output_len"] = LengthDistribution::parse(w.output_len, "--output-len").describe();
+  }
+  return wl;
+}
+
+nlohmann::json setup_to_json(const SimulationSetup& setup, const SchedulerConfig& c) {
+  const HardwareSpec& h = setup.hardware;
+  nlohmann::json j;
+  j["model"] = model_to_json(setup.model);
+  j["hardware"] = {{"name", h.name},
+                   {"bf16_flops", h.bf16_flops},
+                   {"memory_bandwidth_bytes_per_s", h.memory_bandwidth},
+                   {"memory_bytes", h.memory_bytes}};
+  j["scheduler"] = scheduler_to_json(c, setup.scheduler.gpu_memory_utilization);
+  j["cost_model"] = {{"executor", "roofline"},
+                     {"compute_efficiency", setup.roofline.compute_efficiency},
+                     {"memory_efficiency", setup.roofline.memory_efficiency},
+                     {"iteration_overhead_s", setup.roofline.iteration_overhead_s}};
+  j["workload"] = workload_to_json(setup.workload);
+  j["seed"] = setup.workload.seed;
   return j;
 }
 

@@ -58,6 +58,11 @@ SimulationOutput simulate(const SimulationSetup& setup,
 SimulationOutput simulate_workload(const SimulationSetup& setup, const Workload& workload,
                                    std::function<void(const RunProgress&)> progress = {});
 
+// Parts of summary.json's "config", shared by simulate and run.
+nlohmann::json model_to_json(const ModelSpec& model);
+nlohmann::json scheduler_to_json(const SchedulerConfig& config, double gpu_memory_utilization);
+nlohmann::json workload_to_json(const WorkloadSpec& workload);
+
 // Every setting of the run, for summary.json's "config".
 nlohmann::json setup_to_json(const SimulationSetup& setup, const SchedulerConfig& resolved);
 

@@ -1,0 +1,47 @@
+#include "cli/output.h"
+
+#include <cstdio>
+#include <iostream>
+
+#include <unistd.h>
+
+#include "cli/common_options.h"
+#include "sim/report.h"
+
+namespace servesim::cli {
+
+bool stderr_is_terminal() { return isatty(fileno(stderr)) != 0; }
+
+po::options_description output_options() {
+  po::options_description o("Output", kHelpWidth);
+  o.add_options()
+      ("out", po::value<std::string>(), "write summary.json, requests.csv, iterations.csv here")
+      ("json", "print summary.json to stdout instead of the table")
+      ("quiet,q", "no progress on stderr");
+  return o;
+}
+
+std::function<void(const RunProgress&)> progress_printer(const std::string& command, bool quiet) {
+  if (quiet) return {};
+  const bool terminal = stderr_is_terminal();
+  return [command, terminal](const RunProgress& p) {
+    std::fprintf(stderr, "%s%s: %lld/%lld requests done, %lld iterations, t=%.1f s%s", terminal ? "\r" : "",
+                 command.c_str(), (long long)p.finished, (long long)p.total, (long long)p.iterations,
+                 p.clock_s, terminal ? "" : "\n");
+    std::fflush(stderr);
+  };
+}
+
+void emit_results(const po::variables_map& vm, const RunRecords& records, const RunSummary& summary,
+                  const nlohmann::json& summary_json, const std::string& title) {
+  if (vm.count("out")) write_run_outputs(vm["out"].as<std::string>(), records, summary_json);
+  if (vm.count("json")) {
+    std::cout << summary_json.dump(2) << "\n";
+    return;
+  }
+  std::cout << format_summary_table(summary, title);
+  if (vm.count("out"))
+    std::cout << "  outputs    " << vm["out"].as<std::string>() << "/{summary.json,requests.csv,iterations.csv}\n";
+}
+
+}  // namespace servesim::cli

@@ -1,0 +1,271 @@
+#include "kernels/cpu/cpu_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include <omp.h>
+
+namespace servesim::cpu {
+namespace {
+
+using ConstMatrixMap = Eigen::Map<const Matrix>;
+using RowBlock = Eigen::Map<const Matrix, 0, Eigen::OuterStride<>>;
+
+Matrix to_matrix(std::vector<float>& v, int64_t rows, int64_t cols) {
+  Matrix m = ConstMatrixMap(v.data(), rows, cols);
+  std::vector<float>().swap(v);  // free the host copy as soon as it is converted
+  return m;
+}
+
+Vector to_vector(std::vector<float>& v) {
+  Vector out = Eigen::Map<const Vector>(v.data(), Eigen::Index(v.size()));
+  std::vector<float>().swap(v);
+  return out;
+}
+
+// Queries per attention tile: bounds the score matrix at tile x context.
+constexpr int32_t kQueryTile = 128;
+
+}  // namespace
+
+void rmsnorm(const Matrix& in, const Vector& weight, float eps, Matrix& out) {
+  out.resize(in.rows(), in.cols());
+  const Eigen::Index rows = in.rows();
+#pragma omp parallel for schedule(static) if (rows > 16)
+  for (Eigen::Index t = 0; t < rows; ++t) {
+    const float mean_square = in.row(t).squaredNorm() / float(in.cols());
+    const float scale = 1.0f / std::sqrt(mean_square + eps);
+    out.row(t) = (in.row(t) * scale).cwiseProduct(weight.transpose());
+  }
+}
+
+void matmul(const Matrix& in, const Matrix& w, Matrix& out, bool accumulate) {
+  const Eigen::Index T = in.rows(), N = w.rows();
+  if (!accumulate) out.resize(T, N);
+  // Split the N output columns. With few tokens (decode) the pass streams the
+  // weights: many small chunks balance the threads. With many tokens
+  // (prefill) each chunk re-packs the [T, K] input, so use one per thread.
+  const int threads = omp_get_max_threads();
+  Eigen::Index chunk = 64;
+  if (T >= 32) chunk = std::max<Eigen::Index>(64, ((N + threads - 1) / threads + 15) / 16 * 16);
+  const Eigen::Index chunks = (N + chunk - 1) / chunk;
+#pragma omp parallel for schedule(static)
+  for (Eigen::Index c = 0; c < chunks; ++c) {
+    const Eigen::Index n0 = c * chunk, nb = std::min(chunk, N - n0);
+    if (accumulate)
+      out.middleCols(n0, nb).noalias() += in * w.middleRows(n0, nb).transpose();
+    else
+      out.middleCols(n0, nb).noalias() = in * w.middleRows(n0, nb).transpose();
+  }
+}
+
+void swiglu(const Matrix& gate_up, Matrix& act) {
+  const Eigen::Index T = gate_up.rows(), I = gate_up.cols() / 2;
+  act.resize(T, I);
+#pragma omp parallel for schedule(static) if (T > 4)
+  for (Eigen::Index t = 0; t < T; ++t) {
+    const float* g = gate_up.row(t).data();
+    const float* u = g + I;
+    float* a = act.row(t).data();
+    for (Eigen::Index i = 0; i < I; ++i) a[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+  }
+}
+
+Backend::Backend(const ModelSpec& spec) : spec_(spec) {
+  const int64_t half = spec_.head_dim / 2;
+  inv_freq_.resize(size_t(half));
+  for (int64_t i = 0; i < half; ++i)
+    inv_freq_[size_t(i)] = std::pow(spec_.rope_theta, -2.0 * double(i) / double(spec_.head_dim));
+}
+
+Weights Backend::upload(HostWeights&& host) const {
+  const ModelSpec& m = spec_;
+  const int64_t d = m.hidden_size, I = m.intermediate_size, V = m.vocab_size;
+  const int64_t q_out = m.num_attention_heads * m.head_dim, kv_out = m.num_key_value_heads * m.head_dim;
+  Weights w;
+  w.embedding = to_matrix(host.embedding, V, d);
+  w.final_norm = to_vector(host.final_norm);
+  if (!m.tie_word_embeddings) w.lm_head = to_matrix(host.lm_head, V, d);
+  w.layers.resize(host.layers.size());
+  for (size_t l = 0; l < host.layers.size(); ++l) {
+    HostLayerWeights& H = host.layers[l];
+    LayerWeights& L = w.layers[l];
+    L.attn_norm = to_vector(H.attn_norm);
+    L.w_qkv.resize(q_out + 2 * kv_out, d);
+    L.w_qkv.topRows(q_out) = to_matrix(H.wq, q_out, d);
+    L.w_qkv.middleRows(q_out, kv_out) = to_matrix(H.wk, kv_out, d);
+    L.w_qkv.bottomRows(kv_out) = to_matrix(H.wv, kv_out, d);
+    if (m.attention_bias) {
+      L.b_qkv.resize(q_out + 2 * kv_out);
+      L.b_qkv << to_vector(H.bq), to_vector(H.bk), to_vector(H.bv);
+    }
+    L.w_o = to_matrix(H.wo, d, q_out);
+    L.mlp_norm = to_vector(H.mlp_norm);
+    L.w_gate_up.resize(2 * I, d);
+    L.w_gate_up.topRows(I) = to_matrix(H.w_gate, I, d);
+    L.w_gate_up.bottomRows(I) = to_matrix(H.w_up, I, d);
+    L.w_down = to_matrix(H.w_down, d, I);
+  }
+  return w;
+}
+
+KvCache Backend::make_kv_cache(int64_t num_blocks, int32_t block_size) const {
+  KvCache kv;
+  kv.num_blocks = num_blocks;
+  kv.block_size = block_size;
+  kv.kv_heads = spec_.num_key_value_heads;
+  kv.head_dim = spec_.head_dim;
+  kv.layers = spec_.num_hidden_layers;
+  const size_t n = size_t(kv.layers * num_blocks * kv.kv_heads * block_size * kv.head_dim);
+  kv.k.assign(n, 0.0f);
+  kv.v.assign(n, 0.0f);
+  return kv;
+}
+
+void Backend::prepare(Scratch& s, const BatchLayout& layout) const {
+  const int64_t T = layout.num_tokens(), half = spec_.head_dim / 2;
+  s.cos.resize(T, half);
+  s.sin.resize(T, half);
+  for (int64_t t = 0; t < T; ++t) {
+    const double pos = layout.positions[size_t(t)];
+    for (int64_t i = 0; i < half; ++i) {
+      const double angle = pos * inv_freq_[size_t(i)];
+      s.cos(t, i) = float(std::cos(angle));
+      s.sin(t, i) = float(std::sin(angle));
+    }
+  }
+}
+
+void Backend::embed(const Weights& w, const BatchLayout& layout, Scratch& s) const {
+  const int64_t T = layout.num_tokens();
+  s.x.resize(T, spec_.hidden_size);
+  for (int64_t t = 0; t < T; ++t) s.x.row(t) = w.embedding.row(layout.tokens[size_t(t)]);
+}
+
+void Backend::rmsnorm_attention_input(const Weights& w, int layer, Scratch& s) const {
+  rmsnorm(s.x, w.layers[size_t(layer)].attn_norm, float(spec_.rms_norm_eps), s.h);
+}
+
+void Backend::qkv_projection(const Weights& w, int layer, Scratch& s) const {
+  const LayerWeights& L = w.layers[size_t(layer)];
+  matmul(s.h, L.w_qkv, s.qkv, false);
+  if (L.b_qkv.size()) s.qkv.rowwise() += L.b_qkv.transpose();
+}
+
+void Backend::rotary_and_cache_write(int layer, const BatchLayout& layout, KvCache& kv, Scratch& s) const {
+  const int64_t H = spec_.num_attention_heads, Hkv = spec_.num_key_value_heads, dh = spec_.head_dim;
+  const int64_t half = dh / 2, bs = kv.block_size;
+  for (const SequenceSlice& seq : layout.sequences) {
+#pragma omp parallel for schedule(static) if (seq.num_query > 8)
+    for (int32_t i = 0; i < seq.num_query; ++i) {
+      const int64_t t = seq.first_row + i;
+      float* row = s.qkv.row(t).data();
+      const float* c = s.cos.row(t).data();
+      const float* sn = s.sin.row(t).data();
+      // Rotate-half RoPE on every query and key head: pairs (j, j + dh/2).
+      for (int64_t head = 0; head < H + Hkv; ++head) {
+        float* x = row + head * dh;
+        for (int64_t j = 0; j < half; ++j) {
+          const float x1 = x[j], x2 = x[j + half];
+          x[j] = x1 * c[j] - x2 * sn[j];
+          x[j + half] = x2 * c[j] + x1 * sn[j];
+        }
+      }
+      // Store this token's K and V at its position in the paged cache.
+      const int64_t pos = seq.num_cached + i;
+      const int64_t block = seq.block_table[size_t(pos / bs)], slot = pos % bs;
+      for (int64_t g = 0; g < Hkv; ++g) {
+        std::copy_n(row + (H + g) * dh, dh, kv.k_block(layer, block, g) + slot * dh);
+        std::copy_n(row + (H + Hkv + g) * dh, dh, kv.v_block(layer, block, g) + slot * dh);
+      }
+    }
+  }
+}
+
+void Backend::attention(int layer, const BatchLayout& layout, KvCache& kv, Scratch& s) const {
+  const int64_t H = spec_.num_attention_heads, Hkv = spec_.num_key_value_heads, dh = spec_.head_dim;
+  const int64_t group = H / Hkv, bs = kv.block_size;
+  const float scale = 1.0f / std::sqrt(float(dh));
+  s.attn.resize(layout.num_tokens(), H * dh);
+
+  // One task per (sequence, KV head, query tile).
+  struct Task {
+    int32_t seq, kv_head, q0, nq;
+  };
+  std::vector<Task> tasks;
+  for (int32_t si = 0; si < int32_t(layout.sequences.size()); ++si)
+    for (int32_t g = 0; g < int32_t(Hkv); ++g)
+      for (int32_t q0 = 0; q0 < layout.sequences[size_t(si)].num_query; q0 += kQueryTile)
+        tasks.push_back({si, g, q0, std::min(kQueryTile, layout.sequences[size_t(si)].num_query - q0)});
+
+#pragma omp parallel
+  {
+    Matrix q, scores, out;  // per thread, reused across its tasks
+#pragma omp for schedule(dynamic, 1)
+    for (size_t k = 0; k < tasks.size(); ++k) {
+      const Task& task = tasks[k];
+      const SequenceSlice& seq = layout.sequences[size_t(task.seq)];
+      const int64_t rows = group * task.nq;
+      // Keys visible to the tile's last query: positions 0 .. c + q0 + nq - 1.
+      const int64_t ctx = seq.num_cached + task.q0 + task.nq;
+      // q: [group * nq, dh], row j * nq + i = head (g * group + j), query q0 + i.
+      q.resize(rows, dh);
+      for (int64_t j = 0; j < group; ++j)
+        for (int64_t i = 0; i < task.nq; ++i)
+          q.row(j * task.nq + i) =
+              s.qkv.row(seq.first_row + task.q0 + i).segment((task.kv_head * group + j) * dh, dh) * scale;
+      // scores = q K^T over the sequence's blocks.
+      scores.resize(rows, ctx);
+      for (int64_t b = 0; b * bs < ctx; ++b) {
+        const int64_t valid = std::min(bs, ctx - b * bs);
+        ConstMatrixMap kb(kv.k_block(layer, seq.block_table[size_t(b)], task.kv_head), valid, dh);
+        scores.middleCols(b * bs, valid).noalias() = q * kb.transpose();
+      }
+      // Causal softmax: query q0 + i sees positions 0 .. c + q0 + i.
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t visible = seq.num_cached + task.q0 + (r % task.nq) + 1;
+        auto row = scores.row(r).head(visible);
+        const float m = row.maxCoeff();
+        row.array() = (row.array() - m).exp();
+        row /= row.sum();
+        scores.row(r).tail(ctx - visible).setZero();
+      }
+      // out = P V over the same blocks.
+      out.setZero(rows, dh);
+      for (int64_t b = 0; b * bs < ctx; ++b) {
+        const int64_t valid = std::min(bs, ctx - b * bs);
+        ConstMatrixMap vb(kv.v_block(layer, seq.block_table[size_t(b)], task.kv_head), valid, dh);
+        out.noalias() += scores.middleCols(b * bs, valid) * vb;
+      }
+      for (int64_t j = 0; j < group; ++j)
+        for (int64_t i = 0; i < task.nq; ++i)
+          s.attn.row(seq.first_row + task.q0 + i).segment((task.kv_head * group + j) * dh, dh) =
+              out.row(j * task.nq + i);
+    }
+  }
+}
+
+void Backend::output_projection_add(const Weights& w, int layer, Scratch& s) const {
+  matmul(s.attn, w.layers[size_t(layer)].w_o, s.x, true);
+}
+
+void Backend::rmsnorm_mlp_input(const Weights& w, int layer, Scratch& s) const {
+  rmsnorm(s.x, w.layers[size_t(layer)].mlp_norm, float(spec_.rms_norm_eps), s.h);
+}
+
+void Backend::mlp_add(const Weights& w, int layer, Scratch& s) const {
+  const LayerWeights& L = w.layers[size_t(layer)];
+  matmul(s.h, L.w_gate_up, s.gate_up, false);
+  swiglu(s.gate_up, s.act);
+  matmul(s.act, L.w_down, s.x, true);
+}
+
+void Backend::logits(const Weights& w, const BatchLayout& layout, Scratch& s) const {
+  Matrix rows(layout.num_samples(), spec_.hidden_size);
+  for (int32_t k = 0; k < layout.num_samples(); ++k) rows.row(k) = s.x.row(layout.sample_rows[size_t(k)]);
+  rmsnorm(rows, w.final_norm, float(spec_.rms_norm_eps), s.last);
+  matmul(s.last, w.head(), s.logits, false);
+}
+
+}  // namespace servesim::cpu

@@ -1,0 +1,67 @@
+#include "kernels/decoder/decoder_executor.h"
+
+#include <chrono>
+#include <span>
+
+namespace servesim {
+namespace {
+
+uint64_t mix(uint64_t x) {  // SplitMix64 finaliser
+  x += 0x9E3779B97F4A7C15ULL;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+DecoderExecutor::DecoderExecutor(std::unique_ptr<DecoderModel> model, const DecoderExecutorOptions& options)
+    : model_(std::move(model)), options_(options) {
+  options_.sampling.validate();
+}
+
+int32_t DecoderExecutor::prompt_token(int64_t request_id, int64_t position) const {
+  // Ids 0..2 are special in Llama-2-style vocabularies; prompts avoid them.
+  const int64_t vocab = model_->spec().vocab_size;
+  const uint64_t h = mix(mix(options_.prompt_seed ^ mix(uint64_t(request_id))) + uint64_t(position));
+  return int32_t(3 + int64_t(h % uint64_t(vocab - 3)));
+}
+
+const std::vector<int32_t>* DecoderExecutor::tokens_of(int64_t request_id) const {
+  auto it = tokens_.find(request_id);
+  return it == tokens_.end() ? nullptr : &it->second;
+}
+
+void DecoderExecutor::execute(const IterationPlan& plan, IterationResult& result) {
+  const auto start = std::chrono::steady_clock::now();
+  layout_.clear();
+  for (const ScheduledSequence& item : plan.sequences) {
+    std::vector<int32_t>& tokens = tokens_[item.request_id];
+    const int64_t end = int64_t(item.num_cached_tokens) + item.num_query_tokens;
+    // Positions not seen before are prompt positions: the scheduler only
+    // asks for a generated token's position after we have sampled it.
+    while (int64_t(tokens.size()) < end) tokens.push_back(prompt_token(item.request_id, int64_t(tokens.size())));
+    layout_.add_sequence(std::span<const int32_t>(tokens).subspan(size_t(item.num_cached_tokens),
+                                                                   size_t(item.num_query_tokens)),
+                         item.num_cached_tokens, item.block_table, item.samples);
+  }
+  const std::vector<float>& logits = model_->forward(layout_);
+
+  const int64_t vocab = model_->spec().vocab_size;
+  if (options_.honor_eos) result.finished.assign(plan.sequences.size(), 0);
+  size_t row = 0;
+  for (size_t i = 0; i < plan.sequences.size(); ++i) {
+    const ScheduledSequence& item = plan.sequences[i];
+    if (!item.samples) continue;
+    const int64_t position = int64_t(item.num_cached_tokens) + item.num_query_tokens;
+    const int32_t token = sample_token(std::span<const float>(logits).subspan(row * size_t(vocab), size_t(vocab)),
+                                       options_.sampling, item.request_id, position);
+    ++row;
+    tokens_[item.request_id].push_back(token);
+    if (keep_outputs_) outputs_[item.request_id].push_back(token);
+    if (options_.honor_eos && token == model_->spec().eos_token_id) result.finished[i] = 1;
+  }
+  result.duration_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace servesim

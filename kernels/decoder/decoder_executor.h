@@ -1,0 +1,49 @@
+// The real executor: serves each IterationPlan with a built-in decoder and
+// reports the wall time it took. It keeps every live request's tokens
+// (prompt ids drawn from a seed, then the sampled ones) and nothing else:
+// which sequences run, and with which KV blocks, is the scheduler's choice.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "kernels/decoder/decoder_model.h"
+#include "kernels/decoder/sampler.h"
+#include "sim/executor.h"
+
+namespace servesim {
+
+struct DecoderExecutorOptions {
+  SamplingParams sampling;
+  uint64_t prompt_seed = 0;  // prompt token ids are a hash of (seed, request, position)
+  bool honor_eos = false;    // stop a request at the model's eos_token_id
+};
+
+class DecoderExecutor final : public Executor {
+ public:
+  DecoderExecutor(std::unique_ptr<DecoderModel> model, const DecoderExecutorOptions& options);
+
+  std::string name() const override { return "decoder on " + model_->device(); }
+  void execute(const IterationPlan& plan, IterationResult& result) override;
+  void on_request_finished(int64_t request_id) override { tokens_.erase(request_id); }
+
+  DecoderModel& model() { return *model_; }
+  // Prompt and generated tokens of a live request (nullptr once finished).
+  const std::vector<int32_t>* tokens_of(int64_t request_id) const;
+  // Every token a request ever generated, kept after it finishes when asked.
+  void keep_outputs(bool keep) { keep_outputs_ = keep; }
+  const std::unordered_map<int64_t, std::vector<int32_t>>& outputs() const { return outputs_; }
+  int32_t prompt_token(int64_t request_id, int64_t position) const;
+
+ private:
+  std::unique_ptr<DecoderModel> model_;
+  DecoderExecutorOptions options_;
+  std::unordered_map<int64_t, std::vector<int32_t>> tokens_;
+  bool keep_outputs_ = false;
+  std::unordered_map<int64_t, std::vector<int32_t>> outputs_;
+  BatchLayout layout_;
+};
+
+}  // namespace servesim

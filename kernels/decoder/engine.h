@@ -1,0 +1,54 @@
+// The real engine: the simulator's scheduler and runner with the built-in
+// decoder as executor and the wall clock. A run differs from a simulation of
+// the same workload only in the executor and the clock.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "kernels/decoder/decoder_executor.h"
+#include "sim/metrics.h"
+#include "sim/runner.h"
+#include "sim/simulation.h"
+#include "sim/workload.h"
+
+namespace servesim {
+
+struct EngineSetup {
+  std::string device = "cpu";          // "cpu" (the CUDA backend comes later)
+  ModelSpec model;
+  std::optional<std::string> weights_dir;  // safetensors; random weights when unset
+  uint64_t weights_seed = 0;
+  int threads = 0;                     // CPU threads, 0 = every core
+  DecoderExecutorOptions decoding;
+  SchedulerSettings scheduler;         // num_gpu_blocks unset: from kv_cache_bytes
+  double kv_cache_bytes = 1.0 * (1 << 30);
+  WorkloadSpec workload;
+  SloTargets slo;
+};
+
+struct EngineOutput {
+  SchedulerConfig scheduler;  // as resolved
+  std::string device;         // as the decoder describes itself
+  std::string weights_source;
+  double weight_bytes = 0, kv_cache_bytes = 0;
+  RunRecords records;
+  RunSummary summary;
+};
+
+// KV blocks that fit in `bytes` when the decoder stores K and V in fp32.
+int64_t cpu_kv_blocks(const ModelSpec& model, double bytes, int32_t block_size);
+
+// Builds the decoder, serves the workload in real time and summarises it.
+// `on_ready` is called once the weights are loaded (progress), before the
+// clock starts.
+EngineOutput serve(const EngineSetup& setup, const Workload& workload,
+                   std::function<void(const RunProgress&)> progress = {},
+                   std::function<void(const std::string&)> on_ready = {});
+
+nlohmann::json engine_setup_to_json(const EngineSetup& setup, const EngineOutput& out);
+
+}  // namespace servesim

@@ -1,0 +1,187 @@
+#include "kernels/decoder/host_weights.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "kernels/decoder/safetensors.h"
+#include "sim/errors.h"
+
+namespace servesim {
+namespace {
+
+// SplitMix64 (Steele, Lea & Flood 2014): a fast stream of 64-bit values.
+struct SplitMix64 {
+  uint64_t state;
+  uint64_t next() {
+    uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+  }
+  // Uniform on [-1, 1).
+  float symmetric() { return float(double(next() >> 11) * 0x1.0p-53 * 2.0 - 1.0); }
+};
+
+// FNV-1a of a tensor's name: its stream does not depend on other tensors.
+uint64_t name_hash(const std::string& name) {
+  uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : name) h = (h ^ c) * 1099511628211ULL;
+  return h;
+}
+
+// n values uniform on [center - half_width, center + half_width).
+std::vector<float> uniform(uint64_t seed, const std::string& name, int64_t n, float center,
+                           float half_width) {
+  SplitMix64 rng{seed ^ name_hash(name)};
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = center + half_width * rng.symmetric();
+  return v;
+}
+
+nlohmann::json config_json(const ModelSpec& m) {
+  return {{"architectures", {m.architecture == "qwen2" ? "Qwen2ForCausalLM"
+                             : m.architecture == "mistral" ? "MistralForCausalLM"
+                                                           : "LlamaForCausalLM"}},
+          {"model_type", m.architecture},
+          {"hidden_size", m.hidden_size},
+          {"intermediate_size", m.intermediate_size},
+          {"num_hidden_layers", m.num_hidden_layers},
+          {"num_attention_heads", m.num_attention_heads},
+          {"num_key_value_heads", m.num_key_value_heads},
+          {"head_dim", m.head_dim},
+          {"vocab_size", m.vocab_size},
+          {"tie_word_embeddings", m.tie_word_embeddings},
+          {"attention_bias", m.attention_bias},
+          {"max_position_embeddings", m.max_position_embeddings},
+          {"torch_dtype", m.torch_dtype},
+          {"rope_theta", m.rope_theta},
+          {"rms_norm_eps", m.rms_norm_eps},
+          {"eos_token_id", m.eos_token_id},
+          {"hidden_act", "silu"}};
+}
+
+}  // namespace
+
+std::string layer_tensor_name(int64_t layer, const std::string& suffix) {
+  return fmt::format("model.layers.{}.{}", layer, suffix);
+}
+
+HostWeights random_weights(const ModelSpec& m, uint64_t seed) {
+  m.validate(m.name);
+  const int64_t d = m.hidden_size, I = m.intermediate_size, V = m.vocab_size;
+  const int64_t q_out = m.num_attention_heads * m.head_dim, kv_out = m.num_key_value_heads * m.head_dim;
+  // Uniform on [-a, a] has variance a^2 / 3: a = sqrt(3 / fan_in) gives 1 / fan_in.
+  auto proj_scale = [](int64_t fan_in) { return float(std::sqrt(3.0 / double(fan_in))); };
+  const float residual = float(1.0 / std::sqrt(2.0 * double(m.num_hidden_layers)));
+
+  HostWeights w;
+  w.spec = m;
+  w.source = fmt::format("random (seed {})", seed);
+  w.embedding = uniform(seed, "model.embed_tokens.weight", V * d, 0.f, std::sqrt(3.f));
+  w.final_norm = uniform(seed, "model.norm.weight", d, 1.f, 0.5f);
+  if (!m.tie_word_embeddings) w.lm_head = uniform(seed, "lm_head.weight", V * d, 0.f, proj_scale(d));
+  w.layers.resize(size_t(m.num_hidden_layers));
+  for (int64_t l = 0; l < m.num_hidden_layers; ++l) {
+    HostLayerWeights& L = w.layers[size_t(l)];
+    auto name = [&](const char* suffix) { return layer_tensor_name(l, suffix); };
+    L.attn_norm = uniform(seed, name("input_layernorm.weight"), d, 1.f, 0.5f);
+    L.wq = uniform(seed, name("self_attn.q_proj.weight"), q_out * d, 0.f, proj_scale(d));
+    L.wk = uniform(seed, name("self_attn.k_proj.weight"), kv_out * d, 0.f, proj_scale(d));
+    L.wv = uniform(seed, name("self_attn.v_proj.weight"), kv_out * d, 0.f, proj_scale(d));
+    if (m.attention_bias) {
+      L.bq = uniform(seed, name("self_attn.q_proj.bias"), q_out, 0.f, 0.1f);
+      L.bk = uniform(seed, name("self_attn.k_proj.bias"), kv_out, 0.f, 0.1f);
+      L.bv = uniform(seed, name("self_attn.v_proj.bias"), kv_out, 0.f, 0.1f);
+    }
+    L.wo = uniform(seed, name("self_attn.o_proj.weight"), d * q_out, 0.f, proj_scale(q_out) * residual);
+    L.mlp_norm = uniform(seed, name("post_attention_layernorm.weight"), d, 1.f, 0.5f);
+    L.w_gate = uniform(seed, name("mlp.gate_proj.weight"), I * d, 0.f, proj_scale(d));
+    L.w_up = uniform(seed, name("mlp.up_proj.weight"), I * d, 0.f, proj_scale(d));
+    L.w_down = uniform(seed, name("mlp.down_proj.weight"), d * I, 0.f, proj_scale(I) * residual);
+  }
+  return w;
+}
+
+HostWeights load_safetensors_weights(const ModelSpec& m, const std::string& dir) {
+  m.validate(m.name);
+  const SafetensorsModel file(dir);
+  const int64_t d = m.hidden_size, I = m.intermediate_size, V = m.vocab_size;
+  const int64_t q_out = m.num_attention_heads * m.head_dim, kv_out = m.num_key_value_heads * m.head_dim;
+
+  HostWeights w;
+  w.spec = m;
+  w.source = dir;
+  w.embedding = file.read_f32("model.embed_tokens.weight", {V, d});
+  w.final_norm = file.read_f32("model.norm.weight", {d});
+  if (!m.tie_word_embeddings) w.lm_head = file.read_f32("lm_head.weight", {V, d});
+  w.layers.resize(size_t(m.num_hidden_layers));
+  for (int64_t l = 0; l < m.num_hidden_layers; ++l) {
+    HostLayerWeights& L = w.layers[size_t(l)];
+    auto read = [&](const char* suffix, std::vector<int64_t> shape) {
+      return file.read_f32(layer_tensor_name(l, suffix), shape);
+    };
+    L.attn_norm = read("input_layernorm.weight", {d});
+    L.wq = read("self_attn.q_proj.weight", {q_out, d});
+    L.wk = read("self_attn.k_proj.weight", {kv_out, d});
+    L.wv = read("self_attn.v_proj.weight", {kv_out, d});
+    if (m.attention_bias) {
+      L.bq = read("self_attn.q_proj.bias", {q_out});
+      L.bk = read("self_attn.k_proj.bias", {kv_out});
+      L.bv = read("self_attn.v_proj.bias", {kv_out});
+    }
+    L.wo = read("self_attn.o_proj.weight", {d, q_out});
+    L.mlp_norm = read("post_attention_layernorm.weight", {d});
+    L.w_gate = read("mlp.gate_proj.weight", {I, d});
+    L.w_up = read("mlp.up_proj.weight", {I, d});
+    L.w_down = read("mlp.down_proj.weight", {d, I});
+  }
+  return w;
+}
+
+void save_safetensors_weights(const HostWeights& w, const std::string& dir, const std::string& dtype) {
+  SafetensorsDtype type;
+  if (dtype == "F32") type = SafetensorsDtype::F32;
+  else if (dtype == "BF16") type = SafetensorsDtype::BF16;
+  else if (dtype == "F16") type = SafetensorsDtype::F16;
+  else throw InputError(fmt::format("weights dtype '{}' is not one of F32, BF16, F16", dtype));
+
+  const ModelSpec& m = w.spec;
+  const int64_t d = m.hidden_size, I = m.intermediate_size, V = m.vocab_size;
+  const int64_t q_out = m.num_attention_heads * m.head_dim, kv_out = m.num_key_value_heads * m.head_dim;
+  std::vector<TensorToWrite> t;
+  t.push_back({"model.embed_tokens.weight", {V, d}, w.embedding});
+  for (int64_t l = 0; l < m.num_hidden_layers; ++l) {
+    const HostLayerWeights& L = w.layers[size_t(l)];
+    auto add = [&](const char* suffix, std::vector<int64_t> shape, const std::vector<float>& v) {
+      t.push_back({layer_tensor_name(l, suffix), std::move(shape), v});
+    };
+    add("input_layernorm.weight", {d}, L.attn_norm);
+    add("self_attn.q_proj.weight", {q_out, d}, L.wq);
+    add("self_attn.k_proj.weight", {kv_out, d}, L.wk);
+    add("self_attn.v_proj.weight", {kv_out, d}, L.wv);
+    if (m.attention_bias) {
+      add("self_attn.q_proj.bias", {q_out}, L.bq);
+      add("self_attn.k_proj.bias", {kv_out}, L.bk);
+      add("self_attn.v_proj.bias", {kv_out}, L.bv);
+    }
+    add("self_attn.o_proj.weight", {d, q_out}, L.wo);
+    add("post_attention_layernorm.weight", {d}, L.mlp_norm);
+    add("mlp.gate_proj.weight", {I, d}, L.w_gate);
+    add("mlp.up_proj.weight", {I, d}, L.w_up);
+    add("mlp.down_proj.weight", {d, I}, L.w_down);
+  }
+  t.push_back({"model.norm.weight", {d}, w.final_norm});
+  if (!m.tie_word_embeddings) t.push_back({"lm_head.weight", {V, d}, w.lm_head});
+
+  std::filesystem::create_directories(dir);
+  write_safetensors((std::filesystem::path(dir) / "model.safetensors").string(), t, type);
+  nlohmann::json config = config_json(m);
+  config["torch_dtype"] = type == SafetensorsDtype::F32 ? "float32" : type == SafetensorsDtype::BF16 ? "bfloat16" : "float16";
+  std::ofstream((std::filesystem::path(dir) / "config.json").string()) << config.dump(2) << "\n";
+}
+
+}  // namespace servesim

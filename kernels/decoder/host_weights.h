@@ -1,0 +1,54 @@
+// A Llama-family model's weights in host memory, fp32, in Hugging Face's
+// layout (nn.Linear weights are [out_features, in_features], row-major).
+// Backends build their own copies (fused, converted) from these.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sim/model_spec.h"
+
+namespace servesim {
+
+struct HostLayerWeights {
+  std::vector<float> attn_norm;            // [d]      input_layernorm
+  std::vector<float> wq, wk, wv;           // [H*dh, d], [Hkv*dh, d], [Hkv*dh, d]
+  std::vector<float> bq, bk, bv;           // [H*dh], [Hkv*dh], [Hkv*dh]; empty without attention_bias
+  std::vector<float> wo;                   // [d, H*dh]
+  std::vector<float> mlp_norm;             // [d]      post_attention_layernorm
+  std::vector<float> w_gate, w_up;         // [I, d]
+  std::vector<float> w_down;               // [d, I]
+};
+
+struct HostWeights {
+  ModelSpec spec;
+  std::string source;                // "random (seed N)" or the weights folder
+  std::vector<float> embedding;      // [V, d]   model.embed_tokens
+  std::vector<HostLayerWeights> layers;
+  std::vector<float> final_norm;     // [d]      model.norm
+  std::vector<float> lm_head;        // [V, d]   lm_head; empty when tied to the embedding
+};
+
+// Random weights from `seed`, each tensor from its own stream (so a tensor's
+// values do not depend on the others). Scaled so activations stay finite
+// through every layer: projections uniform with variance 1/fan_in, the
+// residual-branch outputs (o_proj, down_proj) further by 1/sqrt(2L) as in
+// GPT-2, embedding rows with unit variance, norm weights in [0.5, 1.5],
+// biases in [-0.1, 0.1].
+HostWeights random_weights(const ModelSpec& spec, uint64_t seed);
+
+// Hugging Face safetensors (model.safetensors or a sharded index) in `dir`,
+// checked against `spec` (normally read from the same folder's config.json).
+// InputError names the file and tensor of a missing or misshapen weight.
+HostWeights load_safetensors_weights(const ModelSpec& spec, const std::string& dir);
+
+// Writes `weights` as model.safetensors + config.json into `dir` (for tests
+// and the numpy oracle).
+void save_safetensors_weights(const HostWeights& weights, const std::string& dir,
+                              const std::string& dtype /* "F32" | "BF16" | "F16" */);
+
+// Hugging Face tensor names.
+std::string layer_tensor_name(int64_t layer, const std::string& suffix);
+
+}  // namespace servesim
