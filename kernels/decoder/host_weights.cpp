@@ -64,6 +64,23 @@ nlohmann::json config_json(const ModelSpec& m) {
           {"hidden_act", "silu"}};
 }
 
+// Qwen2 puts biases on q, k and v only; Llama and Mistral with
+// attention_bias also bias o_proj, which this decoder does not implement.
+void check_decoder_supports(const ModelSpec& m) {
+  m.validate(m.name);
+  if (m.head_dim % 2 != 0)
+    throw InputError(fmt::format("{}: head_dim {} is odd; rotary embedding pairs dimension i with "
+                                 "i + head_dim/2 and needs it even", m.name, m.head_dim));
+  if (m.vocab_size < 4)
+    throw InputError(fmt::format("{}: vocab_size {} is too small for the built-in decoder "
+                                 "(prompts use ids 3 .. V-1)", m.name, m.vocab_size));
+  if (m.attention_bias && m.architecture != "qwen2")
+    throw InputError(fmt::format(
+        "{}: attention_bias with model_type '{}' also biases o_proj, which the built-in decoder "
+        "does not implement (it supports q/k/v biases as in qwen2)",
+        m.name, m.architecture));
+}
+
 }  // namespace
 
 std::string layer_tensor_name(int64_t layer, const std::string& suffix) {
@@ -71,7 +88,7 @@ std::string layer_tensor_name(int64_t layer, const std::string& suffix) {
 }
 
 HostWeights random_weights(const ModelSpec& m, uint64_t seed) {
-  m.validate(m.name);
+  check_decoder_supports(m);
   const int64_t d = m.hidden_size, I = m.intermediate_size, V = m.vocab_size;
   const int64_t q_out = m.num_attention_heads * m.head_dim, kv_out = m.num_key_value_heads * m.head_dim;
   // Uniform on [-a, a] has variance a^2 / 3: a = sqrt(3 / fan_in) gives 1 / fan_in.
@@ -107,7 +124,7 @@ HostWeights random_weights(const ModelSpec& m, uint64_t seed) {
 }
 
 HostWeights load_safetensors_weights(const ModelSpec& m, const std::string& dir) {
-  m.validate(m.name);
+  check_decoder_supports(m);
   const SafetensorsModel file(dir);
   const int64_t d = m.hidden_size, I = m.intermediate_size, V = m.vocab_size;
   const int64_t q_out = m.num_attention_heads * m.head_dim, kv_out = m.num_key_value_heads * m.head_dim;

@@ -448,6 +448,63 @@ def error_unknown_command(ctx):
     expect_input_error(ctx, [], ["usage"])
 
 
+# ---------------------------------------------------------------- servesim run
+
+@case
+def run_help(ctx):
+    p = ctx.ok("run", "--help")
+    for flag in ["--device", "--weights", "--temperature", "--honor-eos", "--kv-cache-memory",
+                 "--max-num-seqs", "--arrival"]:
+        check(flag in p.stdout, f"run --help lacks {flag}")
+
+
+@case
+def run_outputs(ctx):
+    # A real (wall-clock) run of tiny-15m: every request completes with exactly
+    # its asked output length, and the outputs have the simulate schema.
+    out = ctx.path("run")
+    ctx.ok("run", "--quiet", "--model", "tiny-15m", "--num-requests", "6", "--rate", "50",
+           "--prompt-len", "uniform:8:64", "--output-len", "uniform:4:16", "--out", out,
+           "--slo-ttft", "10s")
+    s = load_summary(out)
+    check_summary_schema(s, with_goodput=True)
+    check(s["config"]["executor"] == "decoder" and s["config"]["clock"] == "wall",
+          "config does not say the decoder and the wall clock were used")
+    check(s["requests"]["completed"] == 6, f"completed {s['requests']['completed']} != 6")
+    reqs = read_csv(os.path.join(out, "requests.csv"))
+    for r in reqs:
+        check(int(r["tokens_emitted"]) == int(r["output_tokens"]), f"request {r['id']} emitted "
+              f"{r['tokens_emitted']} of {r['output_tokens']}")
+        check(4 <= int(r["output_tokens"]) <= 16 and 8 <= int(r["prompt_tokens"]) <= 64,
+              "lengths outside the asked distributions")
+    its = read_csv(os.path.join(out, "iterations.csv"))
+    check(all(float(i["duration_s"]) > 0 for i in its), "an iteration took no measured time")
+
+
+@case
+def run_closed_loop_static(ctx):
+    out = ctx.path("run")
+    ctx.ok("run", "--quiet", "--model", "tiny-15m", "--scheduler", "static", "--max-num-seqs", "3",
+           "--arrival", "closed", "--concurrency", "3", "--num-requests", "6",
+           "--prompt-len", "16", "--output-len", "8", "--out", out)
+    its = read_csv(os.path.join(out, "iterations.csv"))
+    # Two static batches of three: a prefill then seven decodes each.
+    kinds = [i["kind"] for i in its]
+    check(kinds == (["prefill"] + ["decode"] * 7) * 2, f"iteration kinds {kinds}")
+
+
+@case
+def run_errors(ctx):
+    expect_input_error(ctx, ["run", "--device", "tpu"], ["--device", "tpu"])
+    expect_input_error(ctx, ["run", "--temperature", "-1"], ["--temperature"])
+    expect_input_error(ctx, ["run", "--top-p", "0"], ["--top-p"])
+    expect_input_error(ctx, ["run", "--weights", ctx.path("no-such-dir")], ["no-such-dir"])
+    expect_input_error(ctx, ["run", "--kv-cache-memory", "lots"], ["--kv-cache-memory"])
+    expect_input_error(ctx, ["run", "--weights-seed", "-3"], ["--weights-seed"])
+    # A 70B model in fp32 (282 GB) does not fit this machine: refused, not attempted.
+    expect_input_error(ctx, ["run", "--model", "llama-3.1-70b"], ["llama-3.1-70b"])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--servesim")
