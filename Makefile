@@ -25,8 +25,13 @@ run: deps build
 test: deps build
 	ctest --preset $(PRESET) -j $(JOBS)
 
+# The simulator's speed, then the CPU decoder's against this machine's STREAM
+# bandwidth and GEMM throughput (medians of 5 repetitions; run it on an idle
+# machine: the summary says how much CPU other processes took meanwhile).
 bench: deps build
 	$(BUILD_DIR)/bench/servesim_sim_bench --benchmark_counters_tabular=true
+	$(BUILD_DIR)/bench/servesim_decoder_bench --benchmark_counters_tabular=true \
+	  --benchmark_repetitions=5 --benchmark_display_aggregates_only=true
 
 # The debug preset: ASan + UBSan, CUDA off.
 debug-test: deps

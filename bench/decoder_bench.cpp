@@ -1,0 +1,476 @@
+// How fast the built-in CPU decoder runs, against this machine's own limits.
+//
+//   build/release/bench/servesim_decoder_bench --benchmark_counters_tabular=true
+//       --benchmark_repetitions=5 --benchmark_display_aggregates_only=true
+//   (one command line; `make bench` runs it)
+//
+// Decode at batch 1 reads every weight once per token, so it is bound by
+// memory bandwidth: its achieved GB/s is compared with STREAM-style copy and
+// triad (target: at least 70% of the better of the two). Prefill of a long
+// prompt is a chain of GEMMs: its achieved GFLOP/s is compared with the
+// decoder's own GEMM, cpu::matmul (Eigen's GEMM on every core), at 2048^3
+// (target: at least 60%).
+//
+// STREAM and the GEMM also run as benchmarks of their own, but the ratios
+// use references measured alongside, in the same seconds: on a shared VM
+// the memory bandwidth drifts by tens of percent from one second to the
+// next. The decode and prefill benchmarks therefore pause Google Benchmark's
+// timer to run a STREAM pass (every few decode steps) or one reference GEMM
+// (after every prefill) and report both figures and their ratio. Each
+// benchmark also times its own work with a steady clock (wall time: the
+// work runs on every core). A summary (medians across repetitions) follows
+// the Google Benchmark table.
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <benchmark/benchmark.h>
+#include <omp.h>
+
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/decoder/decoder_model.h"
+#include "kernels/decoder/host_weights.h"
+#include "sim/model_spec.h"
+
+namespace {
+
+using namespace servesim;
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kModel = "small-110m";
+constexpr int32_t kDecodeContext = 128;   // tokens already cached when a decode step runs
+constexpr int32_t kPrefillTokens = 512;   // prompt length of the prefill benchmark
+constexpr int64_t kGemmSize = 2048;       // M = N = K of the reference GEMM
+constexpr int32_t kBlockSize = 16;
+constexpr double kDecodeTarget = 0.70;   // of the STREAM bandwidth
+constexpr double kPrefillTarget = 0.60;  // of the GEMM throughput
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// ---------------------------------------------------------------- STREAM ---
+
+// The last-level cache: the larger of what sysconf and /sys report (under a
+// VM they can disagree: sysconf may give the whole package's L3, /sys one
+// core complex's); 0 when neither knows.
+size_t last_level_cache_bytes() {
+  const long from_sysconf = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  size_t bytes = from_sysconf > 0 ? size_t(from_sysconf) : 0;
+  std::ifstream f("/sys/devices/system/cpu/cpu0/cache/index3/size");  // e.g. "32768K"
+  size_t value = 0;
+  char unit = 0;
+  if (f >> value) {
+    f >> unit;
+    const size_t scale = unit == 'K' ? 1024 : unit == 'M' ? 1024 * 1024 : 1;
+    bytes = std::max(bytes, value * scale);
+  }
+  return bytes;
+}
+
+// Each STREAM array: 4x the last-level cache (STREAM's rule), or 256 MiB
+// when the cache size is unknown.
+size_t stream_array_bytes() {
+  const size_t llc = last_level_cache_bytes();
+  return llc ? 4 * llc : size_t(256) << 20;
+}
+
+// Three arrays of doubles, first touched by the threads that stream them.
+// Allocated once and kept for the whole run.
+struct StreamArrays {
+  size_t n = 0;
+  std::unique_ptr<double[]> a, b, c;
+
+  StreamArrays() {
+    n = stream_array_bytes() / sizeof(double);
+    a.reset(new double[n]);
+    b.reset(new double[n]);
+    c.reset(new double[n]);
+    double *pa = a.get(), *pb = b.get(), *pc = c.get();
+    const auto count = static_cast<std::ptrdiff_t>(n);
+#pragma omp parallel for schedule(static)
+    for (std::ptrdiff_t i = 0; i < count; ++i) {
+      pa[i] = 1.0;
+      pb[i] = 2.0;
+      pc[i] = 0.0;
+    }
+  }
+};
+
+StreamArrays& stream_arrays() {
+  static StreamArrays arrays;
+  return arrays;
+}
+
+// One pass of STREAM's copy, c[i] = a[i]; returns its seconds.
+// Bytes = 2 x n x 8 (read a, write c; as STREAM counts them, without the
+// write-allocate read of c).
+double copy_pass(StreamArrays& s) {
+  const double* a = s.a.get();
+  double* c = s.c.get();
+  const auto n = static_cast<std::ptrdiff_t>(s.n);
+  const auto start = Clock::now();
+#pragma omp parallel for schedule(static)
+  for (std::ptrdiff_t i = 0; i < n; ++i) c[i] = a[i];
+  benchmark::ClobberMemory();
+  return seconds_since(start);
+}
+double copy_bytes(const StreamArrays& s) { return 2.0 * double(s.n) * sizeof(double); }
+
+// One pass of STREAM's triad, a[i] = b[i] + q c[i]; returns its seconds.
+// Bytes = 3 x n x 8 (read b and c, write a).
+double triad_pass(StreamArrays& s) {
+  double* a = s.a.get();
+  const double *b = s.b.get(), *c = s.c.get();
+  const double q = 3.0;
+  const auto n = static_cast<std::ptrdiff_t>(s.n);
+  const auto start = Clock::now();
+#pragma omp parallel for schedule(static)
+  for (std::ptrdiff_t i = 0; i < n; ++i) a[i] = b[i] + q * c[i];
+  benchmark::ClobberMemory();
+  return seconds_since(start);
+}
+double triad_bytes(const StreamArrays& s) { return 3.0 * double(s.n) * sizeof(double); }
+
+void BM_StreamCopy(benchmark::State& state) {
+  StreamArrays& s = stream_arrays();
+  double seconds = 0;
+  for (auto _ : state) seconds += copy_pass(s);
+  state.counters["GB/s"] = copy_bytes(s) * double(state.iterations()) / seconds / 1e9;
+  state.counters["array_MiB"] = double(stream_array_bytes()) / double(1 << 20);
+  state.counters["threads"] = omp_get_max_threads();
+}
+
+void BM_StreamTriad(benchmark::State& state) {
+  StreamArrays& s = stream_arrays();
+  double seconds = 0;
+  for (auto _ : state) seconds += triad_pass(s);
+  state.counters["GB/s"] = triad_bytes(s) * double(state.iterations()) / seconds / 1e9;
+  state.counters["array_MiB"] = double(stream_array_bytes()) / double(1 << 20);
+  state.counters["threads"] = omp_get_max_threads();
+}
+
+// ------------------------------------------------------------------ GEMM ---
+
+cpu::Matrix random_matrix(int64_t rows, int64_t cols, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  cpu::Matrix m(rows, cols);
+  for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i] = u(rng);
+  return m;
+}
+
+// The decoder's GEMM, out = in W^T with in [M, K] and W [N, K] (M = N = K =
+// kGemmSize), split across every core by cpu::matmul.
+struct Gemm {
+  cpu::Matrix in = random_matrix(kGemmSize, kGemmSize, 1), w = random_matrix(kGemmSize, kGemmSize, 2), out;
+  Gemm() { cpu::matmul(in, w, out, false); }  // warm-up: sizes out
+  // One product; returns its seconds.
+  double pass() {
+    const auto start = Clock::now();
+    cpu::matmul(in, w, out, false);
+    benchmark::DoNotOptimize(out.data());
+    return seconds_since(start);
+  }
+  // FLOPs = 2 x M x N x K (one multiply-add per term).
+  static double flops() { return 2.0 * double(kGemmSize) * double(kGemmSize) * double(kGemmSize); }
+};
+
+void BM_GemmMatmul(benchmark::State& state) {
+  Gemm gemm;
+  double seconds = 0;
+  for (auto _ : state) seconds += gemm.pass();
+  state.counters["GFLOP/s"] = Gemm::flops() * double(state.iterations()) / seconds / 1e9;
+  state.counters["threads"] = omp_get_max_threads();
+}
+
+// Plain Eigen on one thread (the kernels build Eigen with
+// EIGEN_DONT_PARALLELIZE), the same product: FLOPs = 2 x M x N x K.
+void BM_GemmEigenOneThread(benchmark::State& state) {
+  const int64_t n = kGemmSize;
+  const cpu::Matrix in = random_matrix(n, n, 1), w = random_matrix(n, n, 2);
+  cpu::Matrix out(n, n);
+  const auto start = Clock::now();
+  for (auto _ : state) {
+    out.noalias() = in * w.transpose();
+    benchmark::DoNotOptimize(out.data());
+  }
+  const double flops = 2.0 * double(n) * double(n) * double(n);
+  state.counters["GFLOP/s"] = flops * double(state.iterations()) / seconds_since(start) / 1e9;
+}
+
+// --------------------------------------------------------------- decoder ---
+
+// small-110m with random weights on every core, built once. Decode and
+// prefill write K and V into separate blocks.
+struct DecoderFixture {
+  ModelSpec spec = resolve_model(kModel);
+  std::unique_ptr<DecoderModel> model;
+  std::vector<int32_t> decode_blocks, prefill_blocks;
+
+  DecoderFixture() {
+    const int32_t decode_n = (kDecodeContext + 1 + kBlockSize - 1) / kBlockSize;
+    const int32_t prefill_n = (kPrefillTokens + kBlockSize - 1) / kBlockSize;
+    for (int32_t b = 0; b < decode_n; ++b) decode_blocks.push_back(b);
+    for (int32_t b = 0; b < prefill_n; ++b) prefill_blocks.push_back(decode_n + b);
+    model = make_cpu_decoder(random_weights(spec, 7), decode_n + prefill_n, kBlockSize, CpuDecoderOptions{});
+  }
+
+  std::vector<int32_t> token_ids(int32_t count, uint64_t seed) const {
+    std::mt19937_64 rng(seed);
+    std::uniform_int_distribution<int32_t> u(0, int32_t(spec.vocab_size) - 1);
+    std::vector<int32_t> ids(static_cast<size_t>(count));
+    for (auto& id : ids) id = u(rng);
+    return ids;
+  }
+};
+
+DecoderFixture& decoder() {
+  static DecoderFixture fixture;
+  return fixture;
+}
+
+// Parameters of the matrices every token is multiplied by, per layer:
+// q, k, v: (H + 2 Hkv) dh d; o: H dh d; gate, up, down: 3 I d.
+double layer_matrix_params(const ModelSpec& m) {
+  const double d = double(m.hidden_size), dh = double(m.head_dim), I = double(m.intermediate_size);
+  const double H = double(m.num_attention_heads), Hkv = double(m.num_key_value_heads);
+  return (H + 2 * Hkv) * dh * d + H * dh * d + 3 * I * d;
+}
+
+// Bytes one decode step reads from the weights (fp32, 4 bytes each): every
+// layer's matrices, its two RMSNorm vectors and its q, k, v biases, the final
+// norm and the LM head V d (the embedding when tied), plus the one embedding
+// row gathered for the new token (d):
+//   4 x [L x (matrices + 2 d + bias) + d + V d + d]
+double decode_weight_bytes(const ModelSpec& m) {
+  const double d = double(m.hidden_size), V = double(m.vocab_size), L = double(m.num_hidden_layers);
+  const double bias = m.attention_bias ? double((m.num_attention_heads + 2 * m.num_key_value_heads) * m.head_dim) : 0;
+  return 4.0 * (L * (layer_matrix_params(m) + 2 * d + bias) + d + V * d + d);
+}
+
+// Bytes of K and V one decode step reads with `context` tokens visible
+// (cached + the new one): 4 x 2 (K, V) x L x Hkv x context x dh.
+double decode_kv_bytes(const ModelSpec& m, int64_t context) {
+  return 4.0 * 2.0 * double(m.num_hidden_layers * m.num_key_value_heads * context * m.head_dim);
+}
+
+// One decode step of one sequence with kDecodeContext tokens cached: the
+// same step (same position) repeats, so the context stays fixed.
+//
+// This machine's memory bandwidth drifts by tens of percent over seconds
+// (other tenants of the host), so the STREAM reference for this benchmark's
+// ratio is measured in the same window: a copy and a triad pass, untimed by
+// Google Benchmark, before every kStepsPerStreamPass steps.
+constexpr int64_t kStepsPerStreamPass = 16;
+
+void BM_DecodeBatch1(benchmark::State& state) {
+  DecoderFixture& f = decoder();
+  StreamArrays& arrays = stream_arrays();
+  const std::vector<int32_t> prompt = f.token_ids(kDecodeContext + 1, 11);
+  BatchLayout fill, step;
+  fill.add_sequence(std::span(prompt).first(kDecodeContext), 0, f.decode_blocks, true);
+  f.model->forward(fill);  // the cached context
+  step.add_sequence(std::span(prompt).last(1), kDecodeContext, f.decode_blocks, true);
+  f.model->forward(step);  // warm-up
+  double decode_s = 0, copy_s = 0, triad_s = 0;
+  int64_t steps = 0, passes = 0;
+  for (auto _ : state) {
+    if (steps % kStepsPerStreamPass == 0) {
+      state.PauseTiming();
+      copy_s += copy_pass(arrays);
+      triad_s += triad_pass(arrays);
+      ++passes;
+      state.ResumeTiming();
+    }
+    const auto start = Clock::now();
+    benchmark::DoNotOptimize(f.model->forward(step).data());
+    decode_s += seconds_since(start);
+    ++steps;
+  }
+  const double bytes = decode_weight_bytes(f.spec) + decode_kv_bytes(f.spec, kDecodeContext + 1);
+  const double decode = bytes * double(steps) / decode_s / 1e9;
+  const double stream = std::max(copy_bytes(arrays) * double(passes) / copy_s,
+                                 triad_bytes(arrays) * double(passes) / triad_s) / 1e9;
+  state.counters["ms/token"] = decode_s / double(steps) * 1e3;
+  state.counters["tokens/s"] = double(steps) / decode_s;
+  state.counters["MB/step"] = bytes / 1e6;
+  state.counters["GB/s"] = decode;
+  state.counters["STREAM_GB/s"] = stream;  // the better of copy and triad, same window
+  state.counters["%STREAM"] = 100 * decode / stream;
+}
+
+// FLOPs of a prefill of T new tokens (no cache) that samples S rows:
+//   matrices:  2 x T x L x layer_matrix_params     (one multiply-add each)
+//   LM head:   2 x S x V x d                       (only the sampled rows)
+//   attention: L x H x 2 dh x T (T + 1)            (q.k and p.v, 2 dh each,
+//              over the T (T + 1) / 2 causally visible (query, key) pairs)
+double prefill_flops(const ModelSpec& m, double T, double S) {
+  const double L = double(m.num_hidden_layers), H = double(m.num_attention_heads), dh = double(m.head_dim);
+  return 2.0 * T * L * layer_matrix_params(m) + 2.0 * S * double(m.vocab_size * m.hidden_size) +
+         L * H * 2.0 * dh * T * (T + 1);
+}
+
+// The prefill of one kPrefillTokens-token prompt (rewriting the same
+// blocks), each pass followed by one reference GEMM (untimed by Google
+// Benchmark) so that the ratio compares the same window.
+void BM_Prefill(benchmark::State& state) {
+  DecoderFixture& f = decoder();
+  Gemm gemm;
+  const std::vector<int32_t> prompt = f.token_ids(kPrefillTokens, 13);
+  BatchLayout layout;
+  layout.add_sequence(prompt, 0, f.prefill_blocks, true);
+  f.model->forward(layout);  // warm-up: sizes the scratch matrices
+  double prefill_s = 0, gemm_s = 0;
+  for (auto _ : state) {
+    const auto start = Clock::now();
+    benchmark::DoNotOptimize(f.model->forward(layout).data());
+    prefill_s += seconds_since(start);
+    state.PauseTiming();
+    gemm_s += gemm.pass();
+    state.ResumeTiming();
+  }
+  const double passes = double(state.iterations());
+  const double prefill = prefill_flops(f.spec, kPrefillTokens, 1) * passes / prefill_s / 1e9;
+  const double reference = Gemm::flops() * passes / gemm_s / 1e9;
+  state.counters["tokens/s"] = passes * kPrefillTokens / prefill_s;
+  state.counters["GFLOP/s"] = prefill;
+  state.counters["GEMM_GFLOP/s"] = reference;  // cpu::matmul at kGemmSize^3, same window
+  state.counters["%GEMM"] = 100 * prefill / reference;
+}
+
+BENCHMARK(BM_StreamCopy)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_StreamTriad)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_GemmMatmul)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_GemmEigenOneThread)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_DecodeBatch1)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Prefill)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// --------------------------------------------------------------- summary ---
+
+// CPU seconds that other processes (and the hypervisor, as steal time) took
+// from this machine while the benchmarks ran: every CPU's busy time from
+// /proc/stat minus this process's own user + system time. On a shared
+// machine this says whether the figures can be trusted.
+struct CpuUse {
+  double machine_busy_s = 0, self_s = 0;
+  Clock::time_point when = Clock::now();
+
+  static CpuUse now() {
+    CpuUse u;
+    std::ifstream f("/proc/stat");  // "cpu  user nice system idle iowait irq softirq steal ..."
+    std::string label;
+    double user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
+    if (f >> label >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal)
+      u.machine_busy_s = (user + nice + system + irq + softirq + steal) / double(sysconf(_SC_CLK_TCK));
+    rusage r{};
+    getrusage(RUSAGE_SELF, &r);
+    u.self_s = double(r.ru_utime.tv_sec + r.ru_stime.tv_sec) + 1e-6 * double(r.ru_utime.tv_usec + r.ru_stime.tv_usec);
+    return u;
+  }
+  // The share of all CPUs' time since `start` that went to others.
+  double others_share_since(const CpuUse& start) const {
+    const double others = (machine_busy_s - start.machine_busy_s) - (self_s - start.self_s);
+    const double capacity = std::chrono::duration<double>(when - start.when).count() * omp_get_num_procs();
+    return capacity > 0 ? std::max(0.0, others / capacity) : 0;
+  }
+};
+
+// Passes every report to the usual display reporter and keeps each
+// benchmark's counters: the "median" aggregate when there are repetitions,
+// otherwise the median of the single runs.
+class SummaryReporter final : public benchmark::BenchmarkReporter {
+ public:
+  explicit SummaryReporter(benchmark::BenchmarkReporter* display) : display_(display) {}
+
+  bool ReportContext(const Context& context) override { return display_->ReportContext(context); }
+  void ReportRuns(const std::vector<Run>& runs) override {
+    for (const Run& run : runs) {
+      if (run.error_occurred) continue;
+      const std::string& name = run.run_name.function_name;
+      for (const auto& [counter, value] : run.counters) {
+        if (run.run_type == Run::RT_Iteration) samples_[name][counter].push_back(value.value);
+        else if (run.aggregate_name == "median") medians_[name][counter] = value.value;
+      }
+      repetitions_ = std::max(repetitions_, int(run.repetitions));
+    }
+    display_->ReportRuns(runs);
+  }
+  void Finalize() override { display_->Finalize(); }
+
+  // 0 when the benchmark did not run.
+  double value(const std::string& name, const std::string& counter) const {
+    if (auto b = medians_.find(name); b != medians_.end())
+      if (auto c = b->second.find(counter); c != b->second.end()) return c->second;
+    auto b = samples_.find(name);
+    if (b == samples_.end()) return 0;
+    auto c = b->second.find(counter);
+    if (c == b->second.end() || c->second.empty()) return 0;
+    std::vector<double> v = c->second;
+    std::sort(v.begin(), v.end());
+    return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+  }
+  int repetitions() const { return repetitions_; }
+
+ private:
+  benchmark::BenchmarkReporter* display_;
+  std::map<std::string, std::map<std::string, std::vector<double>>> samples_;
+  std::map<std::string, std::map<std::string, double>> medians_;
+  int repetitions_ = 0;
+};
+
+void print_summary(std::FILE* out, const SummaryReporter& r, double others_share) {
+  const double copy = r.value("BM_StreamCopy", "GB/s"), triad = r.value("BM_StreamTriad", "GB/s");
+  const double gemm = r.value("BM_GemmMatmul", "GFLOP/s"), gemm1 = r.value("BM_GemmEigenOneThread", "GFLOP/s");
+  const char* decode = "BM_DecodeBatch1";
+  const char* prefill = "BM_Prefill";
+  auto verdict = [](double percent, double target) {
+    return percent <= 0 ? "n/a (not run)" : percent >= 100 * target ? "PASS" : "below";
+  };
+  std::fprintf(out, "\nSummary (%s, %d threads; medians of %d repetition(s))\n", kModel, omp_get_max_threads(),
+              r.repetitions());
+  std::fprintf(out, "  STREAM, 3 arrays of %.0f MiB: copy %.1f GB/s, triad %.1f GB/s\n",
+              double(stream_array_bytes()) / double(1 << 20), copy, triad);
+  std::fprintf(out, "  GEMM %lld^3 fp32: cpu::matmul %.1f GFLOP/s (plain Eigen on one thread: %.1f)\n",
+              static_cast<long long>(kGemmSize), gemm, gemm1);
+  std::fprintf(out, "  decode, batch 1, %d cached tokens: %.2f ms/token, %.1f tokens/s, %.1f GB/s\n", kDecodeContext,
+              r.value(decode, "ms/token"), r.value(decode, "tokens/s"), r.value(decode, "GB/s"));
+  std::fprintf(out, "      %.1f%% of STREAM (%.1f GB/s alongside)   target >= %.0f%%: %s\n", r.value(decode, "%STREAM"),
+              r.value(decode, "STREAM_GB/s"), 100 * kDecodeTarget, verdict(r.value(decode, "%STREAM"), kDecodeTarget));
+  std::fprintf(out, "  prefill, %d-token prompt: %.0f tokens/s, %.1f GFLOP/s\n", kPrefillTokens,
+              r.value(prefill, "tokens/s"), r.value(prefill, "GFLOP/s"));
+  std::fprintf(out, "      %.1f%% of GEMM (%.1f GFLOP/s alongside)   target >= %.0f%%: %s\n", r.value(prefill, "%GEMM"),
+              r.value(prefill, "GEMM_GFLOP/s"), 100 * kPrefillTarget, verdict(r.value(prefill, "%GEMM"), kPrefillTarget));
+  std::fprintf(out, "  other processes took %.1f%% of the CPUs during the run%s\n", 100 * others_share,
+              others_share > 0.05 ? " -- a busy machine: rerun when it is idle" : "");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // The summary goes to stdout after the console table, to stderr when
+  // stdout carries JSON or CSV.
+  bool console = true;
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]).starts_with("--benchmark_format=")) console = std::string(argv[i]).ends_with("=console");
+  omp_set_num_threads(omp_get_num_procs());
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  SummaryReporter reporter(benchmark::CreateDefaultDisplayReporter());
+  const CpuUse start = CpuUse::now();
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  print_summary(console ? stdout : stderr, reporter, CpuUse::now().others_share_since(start));
+  benchmark::Shutdown();
+  return 0;
+}
