@@ -7,6 +7,8 @@ namespace servesim::cli {
 
 int simulate_command(int argc, const char* const* argv);
 int run_command(int argc, const char* const* argv);
+int calibrate_command(int argc, const char* const* argv);
+int validate_command(int argc, const char* const* argv);
 int models_command(int argc, const char* const* argv);
 int hardware_command(int argc, const char* const* argv);
 

@@ -16,6 +16,8 @@ void print_usage(std::FILE* to) {
       "commands:\n"
       "  simulate   predict TTFT/TPOT of a workload with the discrete-event simulator\n"
       "  run        serve a workload for real with the built-in decoder (CPU) and measure it\n"
+      "  calibrate  time the decoder's kernels on this device and write a profile\n"
+      "  validate   run a workload for real and predict it; report the prediction's error\n"
       "  models     list the built-in model presets (parameters, weight and KV bytes)\n"
       "  hardware   list the built-in GPU presets (datasheet FLOP/s, bandwidth, memory)\n"
       "\n"
@@ -45,6 +47,8 @@ int main(int argc, char** argv) {
   try {
     if (command == "simulate") return servesim::cli::simulate_command(sub_argc, sub_argv);
     if (command == "run") return servesim::cli::run_command(sub_argc, sub_argv);
+    if (command == "calibrate") return servesim::cli::calibrate_command(sub_argc, sub_argv);
+    if (command == "validate") return servesim::cli::validate_command(sub_argc, sub_argv);
     if (command == "models") return servesim::cli::models_command(sub_argc, sub_argv);
     if (command == "hardware") return servesim::cli::hardware_command(sub_argc, sub_argv);
     std::fprintf(stderr, "servesim: unknown command '%s'\n\n", command.c_str());
