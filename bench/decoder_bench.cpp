@@ -20,14 +20,11 @@
 // benchmark also times its own work with a steady clock (wall time: the
 // work runs on every core). A summary (medians across repetitions) follows
 // the Google Benchmark table.
-#include <sys/resource.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <random>
@@ -38,6 +35,7 @@
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
+#include "calib/ceilings.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/decoder/decoder_model.h"
 #include "kernels/decoder/host_weights.h"
@@ -61,87 +59,21 @@ double seconds_since(Clock::time_point start) {
 }
 
 // ---------------------------------------------------------------- STREAM ---
+// The STREAM arrays, copy and triad passes and the reference GEMM live in
+// calib/ceilings.h, shared with `servesim calibrate`.
 
-// The last-level cache: the larger of what sysconf and /sys report (under a
-// VM they can disagree: sysconf may give the whole package's L3, /sys one
-// core complex's); 0 when neither knows.
-size_t last_level_cache_bytes() {
-  const long from_sysconf = sysconf(_SC_LEVEL3_CACHE_SIZE);
-  size_t bytes = from_sysconf > 0 ? size_t(from_sysconf) : 0;
-  std::ifstream f("/sys/devices/system/cpu/cpu0/cache/index3/size");  // e.g. "32768K"
-  size_t value = 0;
-  char unit = 0;
-  if (f >> value) {
-    f >> unit;
-    const size_t scale = unit == 'K' ? 1024 : unit == 'M' ? 1024 * 1024 : 1;
-    bytes = std::max(bytes, value * scale);
-  }
-  return bytes;
-}
+using ceilings::copy_bytes;
+using ceilings::copy_pass;
+using ceilings::stream_array_bytes;
+using ceilings::StreamArrays;
+using ceilings::triad_bytes;
+using ceilings::triad_pass;
 
-// Each STREAM array: 4x the last-level cache (STREAM's rule), or 256 MiB
-// when the cache size is unknown.
-size_t stream_array_bytes() {
-  const size_t llc = last_level_cache_bytes();
-  return llc ? 4 * llc : size_t(256) << 20;
-}
-
-// Three arrays of doubles, first touched by the threads that stream them.
-// Allocated once and kept for the whole run.
-struct StreamArrays {
-  size_t n = 0;
-  std::unique_ptr<double[]> a, b, c;
-
-  StreamArrays() {
-    n = stream_array_bytes() / sizeof(double);
-    a.reset(new double[n]);
-    b.reset(new double[n]);
-    c.reset(new double[n]);
-    double *pa = a.get(), *pb = b.get(), *pc = c.get();
-    const auto count = static_cast<std::ptrdiff_t>(n);
-#pragma omp parallel for schedule(static)
-    for (std::ptrdiff_t i = 0; i < count; ++i) {
-      pa[i] = 1.0;
-      pb[i] = 2.0;
-      pc[i] = 0.0;
-    }
-  }
-};
-
+// Allocated once (4x the last-level cache each) and kept for the whole run.
 StreamArrays& stream_arrays() {
-  static StreamArrays arrays;
+  static StreamArrays arrays(stream_array_bytes());
   return arrays;
 }
-
-// One pass of STREAM's copy, c[i] = a[i]; returns its seconds.
-// Bytes = 2 x n x 8 (read a, write c; as STREAM counts them, without the
-// write-allocate read of c).
-double copy_pass(StreamArrays& s) {
-  const double* a = s.a.get();
-  double* c = s.c.get();
-  const auto n = static_cast<std::ptrdiff_t>(s.n);
-  const auto start = Clock::now();
-#pragma omp parallel for schedule(static)
-  for (std::ptrdiff_t i = 0; i < n; ++i) c[i] = a[i];
-  benchmark::ClobberMemory();
-  return seconds_since(start);
-}
-double copy_bytes(const StreamArrays& s) { return 2.0 * double(s.n) * sizeof(double); }
-
-// One pass of STREAM's triad, a[i] = b[i] + q c[i]; returns its seconds.
-// Bytes = 3 x n x 8 (read b and c, write a).
-double triad_pass(StreamArrays& s) {
-  double* a = s.a.get();
-  const double *b = s.b.get(), *c = s.c.get();
-  const double q = 3.0;
-  const auto n = static_cast<std::ptrdiff_t>(s.n);
-  const auto start = Clock::now();
-#pragma omp parallel for schedule(static)
-  for (std::ptrdiff_t i = 0; i < n; ++i) a[i] = b[i] + q * c[i];
-  benchmark::ClobberMemory();
-  return seconds_since(start);
-}
-double triad_bytes(const StreamArrays& s) { return 3.0 * double(s.n) * sizeof(double); }
 
 void BM_StreamCopy(benchmark::State& state) {
   StreamArrays& s = stream_arrays();
@@ -163,26 +95,12 @@ void BM_StreamTriad(benchmark::State& state) {
 
 // ------------------------------------------------------------------ GEMM ---
 
-cpu::Matrix random_matrix(int64_t rows, int64_t cols, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  cpu::Matrix m(rows, cols);
-  for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i] = u(rng);
-  return m;
-}
+using ceilings::random_matrix;
 
 // The decoder's GEMM, out = in W^T with in [M, K] and W [N, K] (M = N = K =
 // kGemmSize), split across every core by cpu::matmul.
-struct Gemm {
-  cpu::Matrix in = random_matrix(kGemmSize, kGemmSize, 1), w = random_matrix(kGemmSize, kGemmSize, 2), out;
-  Gemm() { cpu::matmul(in, w, out, false); }  // warm-up: sizes out
-  // One product; returns its seconds.
-  double pass() {
-    const auto start = Clock::now();
-    cpu::matmul(in, w, out, false);
-    benchmark::DoNotOptimize(out.data());
-    return seconds_since(start);
-  }
+struct Gemm : ceilings::Gemm {
+  Gemm() : ceilings::Gemm(kGemmSize) {}
   // FLOPs = 2 x M x N x K (one multiply-add per term).
   static double flops() { return 2.0 * double(kGemmSize) * double(kGemmSize) * double(kGemmSize); }
 };
@@ -359,33 +277,9 @@ BENCHMARK(BM_Prefill)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // --------------------------------------------------------------- summary ---
 
-// CPU seconds that other processes (and the hypervisor, as steal time) took
-// from this machine while the benchmarks ran: every CPU's busy time from
-// /proc/stat minus this process's own user + system time. On a shared
-// machine this says whether the figures can be trusted.
-struct CpuUse {
-  double machine_busy_s = 0, self_s = 0;
-  Clock::time_point when = Clock::now();
-
-  static CpuUse now() {
-    CpuUse u;
-    std::ifstream f("/proc/stat");  // "cpu  user nice system idle iowait irq softirq steal ..."
-    std::string label;
-    double user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
-    if (f >> label >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal)
-      u.machine_busy_s = (user + nice + system + irq + softirq + steal) / double(sysconf(_SC_CLK_TCK));
-    rusage r{};
-    getrusage(RUSAGE_SELF, &r);
-    u.self_s = double(r.ru_utime.tv_sec + r.ru_stime.tv_sec) + 1e-6 * double(r.ru_utime.tv_usec + r.ru_stime.tv_usec);
-    return u;
-  }
-  // The share of all CPUs' time since `start` that went to others.
-  double others_share_since(const CpuUse& start) const {
-    const double others = (machine_busy_s - start.machine_busy_s) - (self_s - start.self_s);
-    const double capacity = std::chrono::duration<double>(when - start.when).count() * omp_get_num_procs();
-    return capacity > 0 ? std::max(0.0, others / capacity) : 0;
-  }
-};
+// CPU time that other processes took while the benchmarks ran: see
+// ceilings::CpuUse (shared with `servesim calibrate`).
+using ceilings::CpuUse;
 
 // Passes every report to the usual display reporter and keeps each
 // benchmark's counters: the "median" aggregate when there are repetitions,

@@ -1,12 +1,42 @@
 // Calibration: times the decoder's own kernels on this device with Google
 // Benchmark and turns the medians into a DeviceProfile.
+//
+// What each table holds (seconds; medians over repetitions of the wall time
+// per call, after a warm-up):
+//   gemm_qkv/o/gate_up/down(M)  one layer's projection on M tokens: the
+//       decoder's cpu::matmul on the model's weight shapes (qkv with its bias;
+//       o and down accumulate into the residual, as the decoder does them).
+//   elementwise(M)   one layer's two RMSNorms, rotary + KV-cache write and
+//       SwiGLU on M tokens of one sequence (the residual adds happen inside
+//       the o and down GEMMs). The per-iteration rotary tables and embedding
+//       gather are left to iteration_overhead_s.
+//   prefill_attention  one layer's attention for one sequence's chunk:
+//       x = query tokens q, y = cached tokens c + 1 (prefill_grid_y in
+//       calib/profile_model.h), so a first chunk (c = 0) sits at y = 1.
+//       Every cell is measured, also those with c + q beyond max_context.
+//   decode_attention  one layer's attention for b sequences of one query
+//       token each: x = b, y = context length L = cached tokens c + 1
+//       (decode_grid_y), each sequence with its own KV blocks.
+//   lm_head(S)       final RMSNorm of S rows + the LM-head GEMM.
+//   sampling(S)      copying the [S, V] logits out of the backend and
+//       choosing each row's token (options.sampling; greedy by default).
+//   iteration_overhead_s  a 1-token decode iteration at the smallest decode
+//       context through DecoderExecutor, minus its kernels as the tables
+//       predict them, clamped at 0.
+// Each projection's weights, the LM head and each attention cell's K and V
+// rotate through copies that together hold 4x the core's last-level cache
+// (or, for a model smaller than that, as much as a forward pass streams
+// between two uses of one layer), so a kernel meets memory as it does inside
+// a whole forward pass and not a cache that the previous call left warm.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "calib/profile.h"
+#include "kernels/decoder/sampler.h"
 #include "sim/model_spec.h"
 
 namespace servesim {
@@ -21,11 +51,56 @@ struct CalibrationOptions {
   int64_t max_context = 0;               // largest context on the attention grids (0: model's max)
   uint64_t weights_seed = 0;             // random weights of the model's shape
   std::string raw_benchmarks_path;       // Google Benchmark JSON written here ("" = not kept)
+
+  // Added with the implementation; the defaults suit every caller.
+  int32_t max_num_seqs = 256;            // largest S (lm_head, sampling); caps the decode batch axis
+  SamplingParams sampling;               // what `sampling` times (greedy by default)
+  int64_t stream_array_bytes = 0;        // each STREAM array (0: 4x the LLC; quick: at most 256 MiB)
+  int64_t gemm_ceiling_size = 0;         // n of the n^3 GEMM ceiling (0: 2048; quick: 1024)
+  int repetitions = 0;                   // timed runs per benchmark (0: 5)
+  double min_time_s = 0;                 // least time of each run (0: 0.05 s; quick: 0.01 s)
 };
+
+// The sizes each table is measured at (ascending), from the options.
+//   tokens M (GEMMs, elementwise): full 1, 2, 4, ..., max_batched_tokens;
+//       quick 1, 4, 16, 64, 256, max_batched_tokens (values above it dropped).
+//   prefill q: full 1, 2, 4, ..., max_batched_tokens; quick 16, 128, 512
+//       (capped at max_batched_tokens).
+//   prefill c + 1: full 1, 16, 32, 64, ..., max_context; quick 1, 256,
+//       max_context.
+//   decode b: full 1, 2, 4, ..., 64; quick 1, 8, 32 (both capped at
+//       max_num_seqs).
+//   decode L: full 16, 32, ..., max_context; quick 16, a power of two near
+//       sqrt(16 max_context), max_context. The longest L is lowered so that
+//       the largest cell's K and V (one layer) fit in 2 GiB.
+//   sampling rows S: full 1, 2, 4, ..., max_num_seqs; quick 1, 8, 64,
+//       max_num_seqs (S never exceeds max_batched_tokens).
+// max_context = 0 means the model's max_position_embeddings. Each axis ends
+// with its maximum even where that is not a power of two.
+struct CalibrationGrids {
+  std::vector<int64_t> tokens;
+  std::vector<int64_t> prefill_query;
+  std::vector<int64_t> prefill_cached;   // c; the profile stores c + 1
+  std::vector<int64_t> decode_batch;
+  std::vector<int64_t> decode_context;   // L = c + 1
+  std::vector<int64_t> sampling_rows;
+};
+
+// Throws InputError naming the flag for an out-of-range option (a device
+// other than cpu: "only cpu in this build").
+CalibrationGrids calibration_grids(const CalibrationOptions& options);
 
 // Runs every microbenchmark (warm-up, repeats, medians) and the ceilings
 // (STREAM copy/triad on arrays >= 4x the last-level cache, a large GEMM).
-// `progress` receives one line per benchmark family.
+// `progress` receives one line per benchmark family (11: ceilings, the four
+// GEMMs, elementwise, the two attentions, lm_head, sampling, iteration
+// overhead; each starts "[k/11] "), a setup line, a closing line, and a
+// warning when other processes took over 5% of the CPUs meanwhile (the
+// share is kept in metadata.machine_load). The OpenMP thread count is set
+// to options.threads for the run and restored afterwards. InputError for bad
+// options, an unwritable raw_benchmarks_path, or a model whose fp32 weights
+// would take over 80% of this machine's memory (the CPU decoder could not
+// serve it).
 DeviceProfile calibrate(const CalibrationOptions& options,
                         std::function<void(const std::string&)> progress = {});
 

@@ -7,64 +7,21 @@
 
 #include "cli/commands.h"
 #include "cli/common_options.h"
+#include "cli/engine_options.h"
 #include "cli/output.h"
 #include "kernels/decoder/engine.h"
 #include "sim/errors.h"
 #include "sim/report.h"
 
 namespace servesim::cli {
-namespace {
-
-// "2GiB", "512MiB", "1.5GB", "1000000" (bytes).
-double parse_bytes(const std::string& text, const std::string& flag) {
-  size_t used = 0;
-  double value = 0;
-  try {
-    value = std::stod(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  const std::string unit = text.substr(used);
-  double scale = 0;
-  if (unit.empty() || unit == "B") scale = 1;
-  else if (unit == "KiB") scale = 1024.0;
-  else if (unit == "MiB") scale = 1024.0 * 1024;
-  else if (unit == "GiB") scale = 1024.0 * 1024 * 1024;
-  else if (unit == "KB") scale = 1e3;
-  else if (unit == "MB") scale = 1e6;
-  else if (unit == "GB") scale = 1e9;
-  if (used == 0 || scale == 0 || !(value > 0))
-    throw InputError(fmt::format("{}: '{}' is not a size > 0 (examples: 2GiB, 512MiB, 1.5GB)", flag, text));
-  return value * scale;
-}
-
-}  // namespace
 
 int run_command(int argc, const char* const* argv) {
   po::options_description general(
       "servesim run: serve a workload for real with the built-in decoder (same scheduler and "
       "outputs as simulate, measured times)\n\nGeneral", kHelpWidth);
-  general.add_options()
-      ("help,h", "show this help")
-      ("device", po::value<std::string>()->default_value("cpu"), "cpu")
-      ("model", po::value<std::string>()->default_value("small-110m"),
-       "a preset or a Hugging Face config.json; with --weights, defaults to the weights' config.json")
-      ("weights", po::value<std::string>(),
-       "folder with model.safetensors (or a sharded model.safetensors.index.json) and config.json; "
-       "random weights when absent")
-      ("weights-seed", po::value<std::string>()->default_value("0"), "seed of the random weights")
-      ("threads", po::value<int>()->default_value(0), "CPU threads (0: every core)")
-      ("kv-cache-memory", po::value<std::string>()->default_value("1GiB"),
-       "memory for the fp32 KV cache, which sets --num-gpu-blocks unless that is given")
-      ("temperature", po::value<double>()->default_value(0.0, "0"), "0 = greedy")
-      ("top-p", po::value<double>()->default_value(1.0, "1"), "nucleus sampling threshold")
-      ("honor-eos", "stop a request at the model's eos_token_id (default: generate exactly "
-                    "its output length, as benchmark clients do)");
-  WorkloadDefaults defaults;
-  defaults.rate = "2";
-  defaults.num_requests = 32;
-  defaults.prompt_len = "uniform:16:256";
-  defaults.output_len = "uniform:16:128";
+  general.add_options()("help,h", "show this help");
+  add_engine_options(general);
+  const WorkloadDefaults defaults = engine_workload_defaults();
   po::options_description all(kHelpWidth);
   all.add(general).add(output_options()).add(workload_options(defaults)).add(scheduler_options()).add(slo_options());
 
@@ -75,27 +32,7 @@ int run_command(int argc, const char* const* argv) {
     return 0;
   }
 
-  EngineSetup setup;
-  setup.device = vm["device"].as<std::string>();
-  if (vm.count("weights")) {
-    setup.weights_dir = vm["weights"].as<std::string>();
-    setup.model = resolve_model(vm["model"].defaulted() ? *setup.weights_dir : vm["model"].as<std::string>());
-  } else {
-    setup.model = resolve_model(vm["model"].as<std::string>());
-  }
-  setup.weights_seed = parse_seed(vm["weights-seed"].as<std::string>(), "--weights-seed");
-  setup.threads = vm["threads"].as<int>();
-  if (setup.threads < 0) throw InputError(fmt::format("--threads must be >= 0 (got {})", setup.threads));
-  setup.kv_cache_bytes = parse_bytes(vm["kv-cache-memory"].as<std::string>(), "--kv-cache-memory");
-  setup.decoding.sampling.temperature = vm["temperature"].as<double>();
-  setup.decoding.sampling.top_p = vm["top-p"].as<double>();
-  setup.decoding.honor_eos = vm.count("honor-eos") > 0;
-  setup.workload = workload_from(vm);
-  setup.decoding.sampling.seed = setup.workload.seed;
-  setup.decoding.prompt_seed = setup.workload.seed;
-  setup.decoding.sampling.validate();
-  setup.scheduler = scheduler_from(vm);
-  setup.slo = slo_from(vm);
+  const EngineSetup setup = engine_setup_from(vm);
   const bool quiet = vm.count("quiet") > 0;
 
   const Workload workload = make_workload(setup.workload);

@@ -1,18 +1,30 @@
 // `servesim simulate`: predict TTFT/TPOT for a model, a GPU, a workload and
-// a serving policy with the discrete-event simulator.
+// a serving policy with the discrete-event simulator, costed by the roofline
+// or, with --profile, by a calibrated device profile (calib/profile_model.h).
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 
 #include <fmt/format.h>
 
+#include "calib/profile_model.h"
 #include "cli/commands.h"
 #include "cli/common_options.h"
 #include "cli/output.h"
+#include "kernels/decoder/engine.h"
+#include "sim/errors.h"
 #include "sim/report.h"
 #include "sim/simulation.h"
 
 namespace servesim::cli {
+namespace {
+
+bool given(const po::variables_map& vm, const char* flag) {
+  return vm.count(flag) > 0 && !vm[flag].defaulted();
+}
+
+}  // namespace
 
 int simulate_command(int argc, const char* const* argv) {
   po::options_description general("servesim simulate: predict serving latency with the "
@@ -20,10 +32,19 @@ int simulate_command(int argc, const char* const* argv) {
   general.add_options()
       ("help,h", "show this help")
       ("model", po::value<std::string>()->default_value("llama-3.1-8b"),
-       "a preset (see `servesim models`) or a Hugging Face config.json (file or folder)")
+       "a preset (see `servesim models`) or a Hugging Face config.json (file or folder); with "
+       "--profile, defaults to the profiled model")
       ("hardware", po::value<std::string>()->default_value("h200"),
        "a preset (see `servesim hardware`) or a JSON file with bf16_tflops, "
-       "memory_bandwidth_gbps, memory_gb");
+       "memory_bandwidth_gbps, memory_gb; with --profile it only sizes the KV cache")
+      ("profile", po::value<std::string>(),
+       "a device profile from `servesim calibrate` (profile.json): predict with the calibrated "
+       "profile cost model instead of the roofline (the roofline flags then do not apply). The "
+       "profile must have been measured for the model's shape; --block-size defaults to the "
+       "profile's and may not differ from it. KV capacity: --num-gpu-blocks if given, else the "
+       "--hardware memory rule, except for a cpu profile with --hardware left at its default: "
+       "the blocks that 1 GiB of fp32 KV cache holds (as `servesim run`'s --kv-cache-memory "
+       "default)");
   po::options_description all(kHelpWidth);
   all.add(general).add(output_options()).add(workload_options()).add(scheduler_options())
       .add(roofline_options()).add(slo_options());
@@ -35,25 +56,86 @@ int simulate_command(int argc, const char* const* argv) {
     return 0;
   }
 
+  // With --profile the calibrated tables set every cost: the roofline's
+  // knobs would be silently ignored, so naming them is an error.
+  const bool use_profile = vm.count("profile") > 0;
+  std::string profile_path;
+  std::optional<DeviceProfile> profile;
+  if (use_profile) {
+    for (const char* flag : {"compute-efficiency", "memory-efficiency", "iteration-overhead"})
+      if (given(vm, flag))
+        throw InputError(fmt::format("--{} does not apply with --profile: the profile's measured tables and "
+                                     "ceilings set the costs",
+                                     flag));
+    profile_path = vm["profile"].as<std::string>();
+    profile = DeviceProfile::load(profile_path);
+  }
+
   SimulationSetup setup;
-  setup.model = resolve_model(vm["model"].as<std::string>());
+  setup.model = use_profile && vm["model"].defaulted() ? profile->model
+                                                       : resolve_model(vm["model"].as<std::string>());
   setup.hardware = resolve_hardware(vm["hardware"].as<std::string>());
   setup.workload = workload_from(vm);
   setup.scheduler = scheduler_from(vm);
-  setup.roofline = roofline_from(vm);
+  if (!use_profile) setup.roofline = roofline_from(vm);
   setup.slo = slo_from(vm);
   const bool quiet = vm.count("quiet") > 0;
 
+  std::optional<ProfileModel> profile_model;
+  bool hardware_sizes_kv = !setup.scheduler.num_gpu_blocks;
+  std::optional<double> cpu_kv_bytes;
+  if (use_profile) {
+    // Attention was timed with the profile's KV block size.
+    if (given(vm, "block-size") && setup.scheduler.block_size != profile->block_size)
+      throw InputError(fmt::format("--block-size {} differs from the block size {} that {} timed attention "
+                                   "with; drop --block-size or calibrate with --block-size {}",
+                                   setup.scheduler.block_size, profile->block_size, profile_path,
+                                   setup.scheduler.block_size));
+    setup.scheduler.block_size = profile->block_size;
+    profile_model.emplace(*profile, setup.model, profile_path);
+    if (!setup.scheduler.num_gpu_blocks && profile->device_kind == "cpu" && vm["hardware"].defaulted()) {
+      if (given(vm, "gpu-memory-utilization"))
+        throw InputError("--gpu-memory-utilization does not apply: with a cpu --profile the KV cache is 1 GiB "
+                         "of fp32 unless --hardware or --num-gpu-blocks is given");
+      const double bytes = EngineSetup{}.kv_cache_bytes;  // `servesim run`'s default
+      setup.scheduler.num_gpu_blocks = cpu_kv_blocks(setup.model, bytes, setup.scheduler.block_size);
+      cpu_kv_bytes = bytes;
+      hardware_sizes_kv = false;
+    }
+  }
+
   const auto wall_start = std::chrono::steady_clock::now();
   const Workload workload = make_workload(setup.workload);
-  SimulationOutput out = simulate_workload(setup, workload, progress_printer("simulate", quiet));
+  SimulationOutput out = profile_model
+                             ? simulate_with_executor(setup, workload, *profile_model,
+                                                      progress_printer("simulate", quiet))
+                             : simulate_workload(setup, workload, progress_printer("simulate", quiet));
   const double wall_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
 
-  const nlohmann::json summary = summary_to_json(out.summary, setup.slo, setup_to_json(setup, out.scheduler));
+  nlohmann::json config = setup_to_json(setup, out.scheduler);
+  std::string device = setup.hardware.name;
+  if (profile_model) {
+    config["cost_model"] = profile_model->describe();
+    config["cost_model"]["profile"] = profile_path;
+    // The hardware's figures are not used by the profile model; keep them
+    // only where they sized the KV cache.
+    if (!hardware_sizes_kv) config.erase("hardware");
+    if (cpu_kv_bytes) {
+      config["scheduler"]["kv_cache_bytes"] =
+          double(out.scheduler.num_gpu_blocks) * out.scheduler.block_size * 2.0 *
+          double(setup.model.num_hidden_layers * setup.model.num_key_value_heads * setup.model.head_dim) *
+          sizeof(float);
+      config["scheduler"]["kv_cache_rule"] = fmt::format("{:.0f} bytes of fp32 KV cache (cpu profile)",
+                                                         *cpu_kv_bytes);
+    }
+    device = fmt::format("{} (profile)", profile->device_description.empty() ? profile->device_kind
+                                                                              : profile->device_description);
+  }
+  const nlohmann::json summary = summary_to_json(out.summary, setup.slo, config);
   emit_results(vm, out.records, out.summary, summary,
                fmt::format("servesim simulate: {} on {}, {} scheduler, {} requests ({})", setup.model.name,
-                           setup.hardware.name, to_string(out.scheduler.policy), workload.requests.size(),
+                           device, to_string(out.scheduler.policy), workload.requests.size(),
                            to_string(setup.workload.arrival)));
   if (!quiet)
     std::fprintf(stderr, "%ssimulated %lld output tokens in %.2f s wall time (%.2f M tokens/s)\n",

@@ -1,7 +1,112 @@
-// `servesim validate` (being written).
+// `servesim validate`: serve a workload for real once, predict the same
+// workload with the profile cost model (replay and predict modes), and report
+// the errors.
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+#include <fmt/format.h>
+
+#include "calib/profile.h"
+#include "calib/validate.h"
 #include "cli/commands.h"
+#include "cli/common_options.h"
+#include "cli/engine_options.h"
+#include "cli/output.h"
+#include "kernels/decoder/engine.h"
 #include "sim/errors.h"
 
 namespace servesim::cli {
-int validate_command(int, const char* const*) { throw InputError("validate is not available yet"); }
+
+int validate_command(int argc, const char* const* argv) {
+  po::options_description general(
+      "servesim validate: serve a workload for real with the built-in decoder, predict the same "
+      "workload with the profile cost model, and report the errors (per iteration, and TTFT, TPOT "
+      "and E2E per request)\n\nGeneral", kHelpWidth);
+  general.add_options()("help,h", "show this help");
+  add_engine_options(general);
+  general.add_options()
+      ("profile", po::value<std::string>(),
+       "device profile from `servesim calibrate` for this model (default: a quick calibration "
+       "first, saved as OUT/profile.json)")
+      ("mode", po::value<std::string>()->default_value("predict"),
+       "which prediction report.json describes: replay (the real run's iterations costed by the "
+       "profile: the cost model's error alone) | predict (an independent simulation of the "
+       "workload: what a what-if relies on); both are always computed and written");
+  po::options_description output("Output", kHelpWidth);
+  output.add_options()
+      ("out", po::value<std::string>(),
+       "required: folder for report.json (report_replay.json, report_predict.json), iterations.csv, "
+       "requests.csv, and measured/, replayed/, predicted/ run outputs")
+      ("json", "print report.json to stdout instead of the table")
+      ("quiet,q", "no progress on stderr");
+  po::options_description all(kHelpWidth);
+  all.add(general).add(output).add(workload_options(engine_workload_defaults())).add(scheduler_options())
+      .add(slo_options());
+
+  const po::variables_map vm = parse_or_throw(argc, argv, all);
+  if (vm.count("help")) {
+    std::cout << all << "\nExit status: 0 success, 2 bad input (the message says which), 1 "
+                        "runtime failure.\n";
+    return 0;
+  }
+
+  const EngineSetup setup = engine_setup_from(vm);
+  const ValidationMode mode = parse_validation_mode(vm["mode"].as<std::string>());
+  if (!vm.count("out")) throw InputError("--out is required: the folder for report.json and the CSVs");
+  const std::string out_dir = vm["out"].as<std::string>();
+  const bool quiet = vm.count("quiet") > 0;
+  auto note = [&](const std::string& line) {
+    if (!quiet) std::fprintf(stderr, "validate: %s\n", line.c_str());
+  };
+
+  const Workload workload = make_workload(setup.workload);
+  // Settings that cannot be served fail here, before any calibration.
+  engine_scheduler_config(setup);
+
+  DeviceProfile profile;
+  std::string profile_source;
+  std::optional<std::string> saved_as;
+  if (vm.count("profile")) {
+    profile_source = vm["profile"].as<std::string>();
+    profile = DeviceProfile::load(profile_source);
+  } else {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    fs::create_directories(out_dir, ec);
+    if (ec || !fs::is_directory(out_dir))
+      throw InputError(fmt::format("--out: cannot create folder '{}': {}", out_dir, ec.message()));
+    note(fmt::format("no --profile: a quick calibration of {} on {} first (coarse; `servesim calibrate` "
+                     "measures a full profile)", setup.model.name, setup.device));
+    profile = quick_calibration(setup, workload, [&](const std::string& line) { note("calibrate: " + line); });
+    saved_as = (fs::path(out_dir) / "profile.json").string();
+    profile.save(*saved_as);
+    profile_source = "quick calibration";
+    note("quick calibration saved as " + *saved_as);
+  }
+
+  ValidationCallbacks callbacks;
+  callbacks.run_progress = progress_printer("validate", quiet);
+  callbacks.on_ready = [&](const std::string& what) { note(what); };
+  ValidationResult result = run_validation(setup, workload, profile, profile_source, callbacks);
+  if (!quiet && stderr_is_terminal()) std::fprintf(stderr, "\n");
+  result.profile_saved_as = saved_as;
+
+  write_validation_outputs(out_dir, result, mode);
+  if (vm.count("json")) {
+    std::cout << validation_report_json(result, mode).dump(2) << "\n";
+    return 0;
+  }
+  std::cout << format_validation_table(
+      result, mode,
+      fmt::format("servesim validate: {} on {}, {} scheduler, {} requests ({}); profile: {}", setup.model.name,
+                  result.measured.device, to_string(result.measured.scheduler.policy), workload.requests.size(),
+                  to_string(setup.workload.arrival),
+                  saved_as ? fmt::format("quick calibration ({})", *saved_as) : profile_source));
+  std::cout << "  outputs    " << out_dir
+            << "/{report.json,report_replay.json,report_predict.json,iterations.csv,requests.csv,"
+               "measured/,replayed/,predicted/}\n";
+  return 0;
+}
+
 }  // namespace servesim::cli

@@ -37,12 +37,15 @@ SchedulerConfig resolve_scheduler_config(const SchedulerSettings& s, const Model
   return c;
 }
 
-SimulationOutput simulate_workload(const SimulationSetup& setup, const Workload& workload,
-                                   std::function<void(const RunProgress&)> progress) {
+namespace {
+
+// Serves `workload` with an already resolved scheduler configuration.
+SimulationOutput run_simulation(const SimulationSetup& setup, const SchedulerConfig& config,
+                                const Workload& workload, Executor& executor,
+                                std::function<void(const RunProgress&)> progress) {
   SimulationOutput out;
-  out.scheduler = resolve_scheduler_config(setup.scheduler, setup.model, setup.hardware);
+  out.scheduler = config;
   Scheduler scheduler(out.scheduler);
-  RooflineModel executor(setup.model, setup.hardware, setup.roofline);
   VirtualClock clock;
   Runner runner(scheduler, executor, clock);
   runner.keep_iterations(setup.keep_iterations);
@@ -50,6 +53,22 @@ SimulationOutput simulate_workload(const SimulationSetup& setup, const Workload&
   out.records = runner.run(workload);
   out.summary = summarize_run(out.records, setup.slo);
   return out;
+}
+
+}  // namespace
+
+SimulationOutput simulate_workload(const SimulationSetup& setup, const Workload& workload,
+                                   std::function<void(const RunProgress&)> progress) {
+  const SchedulerConfig config = resolve_scheduler_config(setup.scheduler, setup.model, setup.hardware);
+  RooflineModel executor(setup.model, setup.hardware, setup.roofline);
+  return run_simulation(setup, config, workload, executor, std::move(progress));
+}
+
+SimulationOutput simulate_with_executor(const SimulationSetup& setup, const Workload& workload,
+                                        Executor& executor,
+                                        std::function<void(const RunProgress&)> progress) {
+  const SchedulerConfig config = resolve_scheduler_config(setup.scheduler, setup.model, setup.hardware);
+  return run_simulation(setup, config, workload, executor, std::move(progress));
 }
 
 SimulationOutput simulate(const SimulationSetup& setup,

@@ -1,6 +1,6 @@
 // One simulation end to end: a workload served by the scheduler with the
-// roofline cost model on a virtual clock. Shared by the CLI, the benchmarks
-// and the tests.
+// roofline cost model (or a given executor) on a virtual clock. Shared by the
+// CLI, the benchmarks and the tests.
 #pragma once
 
 #include <functional>
@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "sim/executor.h"
 #include "sim/hardware_spec.h"
 #include "sim/metrics.h"
 #include "sim/model_spec.h"
@@ -57,6 +58,13 @@ SimulationOutput simulate(const SimulationSetup& setup,
                           std::function<void(const RunProgress&)> progress = {});
 SimulationOutput simulate_workload(const SimulationSetup& setup, const Workload& workload,
                                    std::function<void(const RunProgress&)> progress = {});
+// The same with a caller-supplied cost model (the profile model, a test
+// executor) on the virtual clock; setup.roofline is not used, and
+// setup.hardware only sizes the KV cache when scheduler.num_gpu_blocks is
+// unset.
+SimulationOutput simulate_with_executor(const SimulationSetup& setup, const Workload& workload,
+                                        Executor& executor,
+                                        std::function<void(const RunProgress&)> progress = {});
 
 // Parts of summary.json's "config", shared by simulate and run.
 nlohmann::json model_to_json(const ModelSpec& model);

@@ -35,20 +35,24 @@ void check_fits_in_memory(const ModelSpec& m, double kv_bytes) {
 
 }  // namespace
 
-EngineOutput serve(const EngineSetup& setup, const Workload& workload,
-                   std::function<void(const RunProgress&)> progress,
-                   std::function<void(const std::string&)> on_ready) {
-  if (setup.device != "cpu")
-    throw InputError(fmt::format("--device '{}': only 'cpu' is available in this build", setup.device));
-  setup.model.validate(setup.model.name);
-
-  EngineOutput out;
+SchedulerConfig engine_scheduler_config(const EngineSetup& setup) {
   SchedulerSettings settings = setup.scheduler;
   if (!settings.num_gpu_blocks)
     settings.num_gpu_blocks = cpu_kv_blocks(setup.model, setup.kv_cache_bytes, settings.block_size);
   // The hardware figures only size the KV cache, which is set above.
   HardwareSpec host{"cpu", "this machine", 1, 1, 1, ""};
-  out.scheduler = resolve_scheduler_config(settings, setup.model, host);
+  return resolve_scheduler_config(settings, setup.model, host);
+}
+
+EngineOutput serve(const EngineSetup& setup, const Workload& workload,
+                   std::function<void(const RunProgress&)> progress,
+                   std::function<void(const std::string&)> on_ready, const ExecutorWrapper& wrap) {
+  if (setup.device != "cpu")
+    throw InputError(fmt::format("--device '{}': only 'cpu' is available in this build", setup.device));
+  setup.model.validate(setup.model.name);
+
+  EngineOutput out;
+  out.scheduler = engine_scheduler_config(setup);
   const double kv_bytes = double(out.scheduler.num_gpu_blocks) * out.scheduler.block_size * 2.0 *
                           double(setup.model.num_hidden_layers * setup.model.num_key_value_heads *
                                  setup.model.head_dim) * sizeof(float);
@@ -62,7 +66,9 @@ EngineOutput serve(const EngineSetup& setup, const Workload& workload,
   out.device = model->device();
   out.weight_bytes = model->weight_bytes();
   out.kv_cache_bytes = model->kv_cache_bytes();
-  DecoderExecutor executor(std::move(model), setup.decoding);
+  DecoderExecutor decoder(std::move(model), setup.decoding);
+  std::unique_ptr<Executor> wrapper = wrap ? wrap(decoder) : nullptr;
+  Executor& executor = wrapper ? *wrapper : decoder;
   if (on_ready) on_ready(fmt::format("{} on {}: {:.0f} MB of weights ({}), {:.0f} MB of KV cache ({} blocks)",
                                      setup.model.name, out.device, out.weight_bytes / 1e6, out.weights_source,
                                      out.kv_cache_bytes / 1e6, out.scheduler.num_gpu_blocks));

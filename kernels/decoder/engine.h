@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -42,12 +43,22 @@ struct EngineOutput {
 // KV blocks that fit in `bytes` when the decoder stores K and V in fp32.
 int64_t cpu_kv_blocks(const ModelSpec& model, double bytes, int32_t block_size);
 
+// The scheduler configuration serve() runs with: num_gpu_blocks from
+// kv_cache_bytes unless the settings give it. Throws InputError.
+SchedulerConfig engine_scheduler_config(const EngineSetup& setup);
+
+// Lets a caller wrap the decoder executor, e.g. to record every plan and its
+// measured time (validation). The wrapper forwards execute() and
+// on_request_finished() to `decoder` and is used for the whole run.
+using ExecutorWrapper = std::function<std::unique_ptr<Executor>(Executor& decoder)>;
+
 // Builds the decoder, serves the workload in real time and summarises it.
 // `on_ready` is called once the weights are loaded (progress), before the
-// clock starts.
+// clock starts. With `wrap`, the runner drives the wrapper instead.
 EngineOutput serve(const EngineSetup& setup, const Workload& workload,
                    std::function<void(const RunProgress&)> progress = {},
-                   std::function<void(const std::string&)> on_ready = {});
+                   std::function<void(const std::string&)> on_ready = {},
+                   const ExecutorWrapper& wrap = {});
 
 nlohmann::json engine_setup_to_json(const EngineSetup& setup, const EngineOutput& out);
 

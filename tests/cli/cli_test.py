@@ -19,6 +19,7 @@ import subprocess
 import sys
 
 TIMEOUT_S = 30  # a hang is a failure; every case normally takes well under 5 s
+SLOW_TIMEOUT_S = 500  # calibrate and validate: microbenchmarks and real serving
 
 MODEL_PRESETS = ["llama-3.1-8b", "llama-3.1-70b", "llama-3.2-1b", "llama-3.2-3b",
                  "qwen2.5-7b", "mistral-7b", "tinyllama-1.1b"]
@@ -48,10 +49,11 @@ class Ctx:
 
     def run(self, *args):
         cmd = [self.servesim, *args]
+        timeout = SLOW_TIMEOUT_S if args and args[0] in ("calibrate", "validate") else TIMEOUT_S
         try:
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S)
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
-            raise Failure(f"timed out after {TIMEOUT_S} s: {' '.join(cmd)}")
+            raise Failure(f"timed out after {timeout} s: {' '.join(cmd)}")
         print(f"$ {' '.join(cmd)}\n  -> exit {p.returncode}")
         if p.stderr:
             print("  stderr: " + p.stderr.strip()[:2000])
@@ -503,6 +505,46 @@ def run_errors(ctx):
     expect_input_error(ctx, ["run", "--weights-seed", "-3"], ["--weights-seed"])
     # A 70B model in fp32 (282 GB) does not fit this machine: refused, not attempted.
     expect_input_error(ctx, ["run", "--model", "llama-3.1-70b"], ["llama-3.1-70b"])
+
+
+# ---------------------------------------------------------------- calibrate / validate
+
+@case
+def validate_quick(ctx):
+    # CI's quick validation: a quick calibration of small-110m, then 10 requests
+    # served for real and predicted. The machine is shared and noisy, so the
+    # bounds are loose; they still catch a broken cost model (errors of 2x).
+    out = ctx.path("validate")
+    ctx.ok("validate", "--quiet", "--model", "small-110m", "--num-requests", "10", "--rate", "4",
+           "--prompt-len", "uniform:32:128", "--output-len", "uniform:16:48", "--seed", "3",
+           "--out", out)
+    with open(os.path.join(out, "report.json")) as f:
+        r = json.load(f)
+    check(r["mode"] in ("replay", "predict"), f"mode {r['mode']!r}")
+    for k in ["all", "decode", "prefill", "mixed"]:
+        check(k in r["iteration_mape"], f"iteration_mape lacks {k}")
+    for metric in ["ttft_s", "tpot_s", "e2e_s"]:
+        for part in ["measured", "predicted", "rel_error"]:
+            for stat in ["mean", "p50", "p90", "p99"]:
+                check(isinstance(r[metric][part][stat], (int, float)), f"{metric}.{part}.{stat} missing")
+        m, p, e = r[metric]["measured"]["p50"], r[metric]["predicted"]["p50"], r[metric]["rel_error"]["p50"]
+        check(close(e, p / m - 1, rel=1e-9, abs_=1e-12), f"{metric} rel_error is not predicted/measured - 1")
+    check(r["iteration_mape"]["all"] < 0.5, f"iteration MAPE {r['iteration_mape']['all']:.3f} >= 50%")
+    for metric in ["tpot_s", "e2e_s"]:
+        err = r[metric]["rel_error"]["p50"]
+        check(abs(err) < 0.5, f"{metric} P50 off by {err:+.1%}")
+    for f in ["report_replay.json", "report_predict.json", "iterations.csv", "requests.csv"]:
+        check(os.path.isfile(os.path.join(out, f)), f"{f} not written")
+
+
+@case
+def validate_refuses_other_model(ctx):
+    # A profile measured for one model shape is refused for another.
+    profile = ctx.path("tiny.json")
+    ctx.ok("calibrate", "--quick", "--model", "tiny-15m", "--out", profile)
+    expect_input_error(ctx, ["validate", "--model", "small-110m", "--profile", profile,
+                             "--out", ctx.path("v")], ["tiny-15m"])
+    expect_input_error(ctx, ["simulate", "--model", "small-110m", "--profile", profile], ["tiny-15m"])
 
 
 def main():

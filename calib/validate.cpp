@@ -1,0 +1,525 @@
+#include "calib/validate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "calib/profile_model.h"
+#include "sim/clock.h"
+#include "sim/errors.h"
+#include "sim/report.h"
+#include "sim/runner.h"
+
+namespace servesim {
+
+namespace {
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+}  // namespace
+
+// ------------------------------------------------------------ recording
+
+const char* to_string(IterationKind kind) {
+  switch (kind) {
+    case IterationKind::Decode: return "decode";
+    case IterationKind::Prefill: return "prefill";
+    case IterationKind::Mixed: return "mixed";
+  }
+  return "?";
+}
+
+IterationKind iteration_kind(int32_t prefill_sequences, int32_t decode_sequences) {
+  if (prefill_sequences == 0) return IterationKind::Decode;
+  if (decode_sequences == 0) return IterationKind::Prefill;
+  return IterationKind::Mixed;
+}
+
+void RecordingExecutor::execute(const IterationPlan& plan, IterationResult& result) {
+  inner_.execute(plan, result);
+  RecordedIteration& it = out_.emplace_back();
+  it.sequences.reserve(plan.sequences.size());
+  for (size_t k = 0; k < plan.sequences.size(); ++k) {
+    const ScheduledSequence& s = plan.sequences[k];
+    RecordedSequence r;
+    r.request_id = s.request_id;
+    r.num_query_tokens = s.num_query_tokens;
+    r.num_cached_tokens = s.num_cached_tokens;
+    r.is_prefill = s.is_prefill;
+    r.samples = s.samples;
+    if (!result.emitted_tokens.empty()) r.emitted_tokens = result.emitted_tokens[k];
+    r.eos = !result.finished.empty() && result.finished[k] != 0;
+    it.sequences.push_back(r);
+  }
+  it.measured_s = result.duration_s;
+  it.prefill_tokens = plan.num_prefill_tokens;
+  it.decode_tokens = plan.num_decode_tokens;
+  it.prefill_sequences = plan.num_prefill_sequences;
+  it.decode_sequences = plan.num_decode_sequences;
+}
+
+void rebuild_plan(const RecordedIteration& iteration, int64_t index, int32_t block_size,
+                  IterationPlan& plan, std::vector<int32_t>& block_storage) {
+  if (block_size < 1) throw std::invalid_argument("rebuild_plan: block_size must be >= 1");
+  auto blocks_of = [&](const RecordedSequence& s) {
+    return (int64_t(s.num_cached_tokens) + s.num_query_tokens + block_size - 1) / block_size;
+  };
+  int64_t most = 0;
+  for (const RecordedSequence& s : iteration.sequences) most = std::max(most, blocks_of(s));
+  // Grown before any span points into it.
+  if (int64_t(block_storage.size()) < most) block_storage.resize(size_t(most), 0);
+  plan.clear();
+  plan.index = index;
+  for (const RecordedSequence& s : iteration.sequences) {
+    ScheduledSequence seq;
+    seq.request_id = s.request_id;
+    seq.num_query_tokens = s.num_query_tokens;
+    seq.num_cached_tokens = s.num_cached_tokens;
+    seq.is_prefill = s.is_prefill;
+    seq.samples = s.samples;
+    seq.block_table = std::span<const int32_t>(block_storage.data(), size_t(blocks_of(s)));
+    plan.add(seq);
+  }
+}
+
+std::vector<double> cost_iterations(const std::vector<RecordedIteration>& iterations, Executor& model,
+                                    int32_t block_size) {
+  std::vector<double> costs;
+  costs.reserve(iterations.size());
+  IterationPlan plan;
+  IterationResult result;
+  std::vector<int32_t> blocks;
+  for (size_t k = 0; k < iterations.size(); ++k) {
+    rebuild_plan(iterations[k], int64_t(k), block_size, plan, blocks);
+    result.reset();
+    model.execute(plan, result);
+    costs.push_back(result.duration_s);
+  }
+  return costs;
+}
+
+// ------------------------------------------------------------ replay
+
+RunRecords replay_timing(const RunRecords& measured, const std::vector<RecordedIteration>& iterations,
+                         std::span<const double> durations_s, bool closed_loop) {
+  if (durations_s.size() != iterations.size())
+    throw std::invalid_argument(fmt::format("replay_timing: {} durations for {} iterations",
+                                            durations_s.size(), iterations.size()));
+  const bool have_iteration_records = measured.iterations.size() == iterations.size();
+  if (closed_loop && !have_iteration_records)
+    throw std::invalid_argument("replay_timing: a closed-loop replay needs the measured iteration records");
+
+  RunRecords out;
+  out.requests = measured.requests;
+  for (RequestRecord& r : out.requests) {
+    r.first_scheduled_s = r.first_token_s = r.last_token_s = r.finish_s = -1;
+    r.tokens_emitted = 0;
+    r.emissions = 0;
+  }
+  out.rejection_reasons = measured.rejection_reasons;
+  out.num_iterations = int64_t(iterations.size());
+  out.preemptions = measured.preemptions;
+  out.peak_kv_blocks = measured.peak_kv_blocks;
+  out.num_gpu_blocks = measured.num_gpu_blocks;
+  out.block_size = measured.block_size;
+  out.end_s = 0;
+
+  // Closed loop: which real iteration released each request.
+  std::vector<std::vector<int64_t>> released_after(iterations.size());
+  if (closed_loop) {
+    std::vector<double> starts;
+    starts.reserve(measured.iterations.size());
+    for (const IterationRecord& it : measured.iterations) starts.push_back(it.start_s);
+    for (const RequestRecord& r : measured.requests) {
+      if (!r.submitted()) continue;
+      const auto k = std::lower_bound(starts.begin(), starts.end(), r.arrival_s) - starts.begin() - 1;
+      if (k >= 0) released_after[size_t(k)].push_back(r.id);
+    }
+  }
+
+  double prev_end = 0;
+  out.iterations.reserve(iterations.size());
+  for (size_t k = 0; k < iterations.size(); ++k) {
+    const RecordedIteration& it = iterations[k];
+    double start = prev_end;
+    for (const RecordedSequence& s : it.sequences) start = std::max(start, out.requests[size_t(s.request_id)].arrival_s);
+    for (const RecordedSequence& s : it.sequences) {
+      RequestRecord& r = out.requests[size_t(s.request_id)];
+      if (r.first_scheduled_s < 0) r.first_scheduled_s = start;
+    }
+    const double end = start + durations_s[k];
+    for (const RecordedSequence& s : it.sequences) {
+      if (!s.samples) continue;
+      RequestRecord& r = out.requests[size_t(s.request_id)];
+      const int32_t room = std::max(1, r.output_tokens - r.tokens_emitted);
+      const int32_t emitted = std::clamp(s.emitted_tokens < 0 ? 1 : s.emitted_tokens, 1, room);
+      if (r.emissions == 0) {
+        r.first_token_s = end;
+      } else {
+        out.itl_s.add(end - r.last_token_s);
+      }
+      r.last_token_s = end;
+      r.tokens_emitted += emitted;
+      r.emissions += 1;
+      if (r.tokens_emitted >= r.output_tokens || s.eos) {
+        r.finish_s = end;
+        out.end_s = std::max(out.end_s, end);
+      }
+    }
+    IterationRecord rec;
+    if (have_iteration_records) {
+      rec = measured.iterations[k];
+    } else {
+      rec.index = int64_t(k);
+      rec.prefill_tokens = it.prefill_tokens;
+      rec.decode_tokens = it.decode_tokens;
+      rec.prefill_sequences = it.prefill_sequences;
+      rec.decode_sequences = it.decode_sequences;
+      for (const RecordedSequence& s : it.sequences) rec.sampled_sequences += s.samples ? 1 : 0;
+    }
+    rec.start_s = start;
+    rec.duration_s = durations_s[k];
+    out.iterations.push_back(rec);
+    for (int64_t id : released_after[k]) out.requests[size_t(id)].arrival_s = end;
+    prev_end = end;
+  }
+  return out;
+}
+
+// ------------------------------------------------------------ errors
+
+double rel_error(double predicted, double measured) {
+  if (!(measured > 0)) return kNaN;
+  return predicted / measured - 1.0;
+}
+
+IterationErrors iteration_errors(std::span<const double> measured, std::span<const double> predicted,
+                                 std::span<const IterationKind> kinds) {
+  if (measured.size() != predicted.size() || measured.size() != kinds.size())
+    throw std::invalid_argument("iteration_errors: measured, predicted and kinds differ in length");
+  struct Sum {
+    double abs = 0, signed_ = 0;
+    int64_t n = 0;
+  };
+  Sum all, by_kind[3];
+  for (size_t i = 0; i < measured.size(); ++i) {
+    const double e = rel_error(predicted[i], measured[i]);
+    if (std::isnan(e)) continue;
+    for (Sum* s : {&all, &by_kind[int(kinds[i])]}) {
+      s->abs += std::fabs(e);
+      s->signed_ += e;
+      s->n += 1;
+    }
+  }
+  auto finish = [](const Sum& s) {
+    ClassError c;
+    c.count = s.n;
+    c.mape = s.n > 0 ? s.abs / double(s.n) : kNaN;
+    c.bias = s.n > 0 ? s.signed_ / double(s.n) : kNaN;
+    return c;
+  };
+  IterationErrors e;
+  e.all = finish(all);
+  e.decode = finish(by_kind[int(IterationKind::Decode)]);
+  e.prefill = finish(by_kind[int(IterationKind::Prefill)]);
+  e.mixed = finish(by_kind[int(IterationKind::Mixed)]);
+  return e;
+}
+
+// ------------------------------------------------------------ validation
+
+ValidationMode parse_validation_mode(const std::string& name) {
+  if (name == "replay") return ValidationMode::Replay;
+  if (name == "predict") return ValidationMode::Predict;
+  throw InputError(fmt::format("--mode '{}': expected replay or predict", name));
+}
+
+const char* to_string(ValidationMode mode) { return mode == ValidationMode::Replay ? "replay" : "predict"; }
+
+ValidationResult run_validation(const EngineSetup& setup, const Workload& workload,
+                                const DeviceProfile& profile, const std::string& profile_source,
+                                const ValidationCallbacks& callbacks) {
+  // Refuse a profile of another model shape before serving anything.
+  ProfileModel cost_model(profile, setup.model, profile_source);
+  const SchedulerConfig config = engine_scheduler_config(setup);
+
+  ValidationResult v;
+  v.profile_source = profile_source;
+  v.cost_model = cost_model.describe();
+  if (profile.device_kind != setup.device)
+    v.warnings.push_back(fmt::format("the profile was measured on device '{}', the run uses '{}'",
+                                     profile.device_kind, setup.device));
+  if (setup.threads > 0 && profile.threads > 0 && setup.threads != profile.threads)
+    v.warnings.push_back(fmt::format("the profile was measured with {} threads, the run uses {}",
+                                     profile.threads, setup.threads));
+  if (profile.block_size != config.block_size)
+    v.warnings.push_back(fmt::format("the profile timed attention with {}-token KV blocks, the run uses {}",
+                                     profile.block_size, config.block_size));
+  if (setup.decoding.honor_eos)
+    v.warnings.push_back("--honor-eos: the real run stops requests at EOS, the predict simulation "
+                         "generates every requested token");
+
+  // The real run, every plan recorded.
+  ExecutorWrapper wrap = [&v](Executor& decoder) -> std::unique_ptr<Executor> {
+    return std::make_unique<RecordingExecutor>(decoder, v.iterations);
+  };
+  v.measured = serve(setup, workload, callbacks.run_progress, callbacks.on_ready, wrap);
+  v.config = engine_setup_to_json(setup, v.measured);
+
+  // Per iteration: the predicted cost of each real plan.
+  v.predicted_iteration_s = cost_iterations(v.iterations, cost_model, v.measured.scheduler.block_size);
+  std::vector<double> measured_s;
+  std::vector<IterationKind> kinds;
+  for (const RecordedIteration& it : v.iterations) {
+    measured_s.push_back(it.measured_s);
+    kinds.push_back(it.kind());
+  }
+  v.iteration = iteration_errors(measured_s, v.predicted_iteration_s, kinds);
+
+  // Replay: the real iterations re-timed with their predicted costs.
+  v.replay = replay_timing(v.measured.records, v.iterations, v.predicted_iteration_s, workload.closed_loop);
+  v.replay_summary = summarize_run(v.replay, setup.slo);
+
+  // Predict: an independent simulation, same requests and scheduler settings.
+  {
+    Scheduler scheduler(v.measured.scheduler);
+    ProfileModel executor(profile, setup.model, profile_source);
+    VirtualClock clock;
+    Runner runner(scheduler, executor, clock);
+    v.predict = runner.run(workload);
+    v.predict_summary = summarize_run(v.predict, setup.slo);
+  }
+  return v;
+}
+
+CalibrationOptions quick_calibration_options(const EngineSetup& setup, const Workload& workload) {
+  const SchedulerConfig config = engine_scheduler_config(setup);
+  CalibrationOptions o;
+  o.device = setup.device;
+  o.model = setup.model;
+  o.threads = setup.threads;
+  o.quick = true;
+  o.block_size = config.block_size;
+  o.max_batched_tokens = config.max_num_batched_tokens;
+  int64_t longest = 1;
+  for (const Request& r : workload.requests)
+    longest = std::max<int64_t>(longest, int64_t(r.prompt_tokens) + r.output_tokens);
+  o.max_context = std::min<int64_t>(longest, config.max_model_len);
+  o.weights_seed = setup.weights_seed;
+  o.max_num_seqs = config.max_num_seqs;
+  o.sampling = setup.decoding.sampling;
+  return o;
+}
+
+DeviceProfile quick_calibration(const EngineSetup& setup, const Workload& workload,
+                                std::function<void(const std::string&)> progress) {
+  return calibrate(quick_calibration_options(setup, workload), std::move(progress));
+}
+
+// ------------------------------------------------------------ report
+
+namespace {
+
+nlohmann::json number(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
+
+nlohmann::json stats_json(const Distribution& d) {
+  return {{"count", d.count}, {"mean", d.mean}, {"p50", d.p50}, {"p90", d.p90}, {"p99", d.p99}};
+}
+
+nlohmann::json comparison_json(const Distribution& measured, const Distribution& predicted) {
+  return {{"measured", stats_json(measured)},
+          {"predicted", stats_json(predicted)},
+          {"rel_error",
+           {{"mean", number(rel_error(predicted.mean, measured.mean))},
+            {"p50", number(rel_error(predicted.p50, measured.p50))},
+            {"p90", number(rel_error(predicted.p90, measured.p90))},
+            {"p99", number(rel_error(predicted.p99, measured.p99))}}}};
+}
+
+double busy_s(const RunRecords& r) {
+  double s = 0;
+  for (const IterationRecord& it : r.iterations) s += it.duration_s;
+  return s;
+}
+
+nlohmann::json run_json(const RunSummary& s, const RunRecords& r) {
+  return {{"submitted", s.submitted},
+          {"completed", s.completed},
+          {"rejected", s.rejected},
+          {"output_tokens", s.output_tokens},
+          {"duration_s", s.duration_s},
+          {"requests_per_s", s.requests_per_s},
+          {"output_tokens_per_s", s.output_tokens_per_s},
+          {"iterations", s.iterations},
+          {"preemptions", s.preemptions},
+          {"iteration_time_s", busy_s(r)}};
+}
+
+const RunSummary& summary_of(const ValidationResult& v, ValidationMode mode) {
+  return mode == ValidationMode::Replay ? v.replay_summary : v.predict_summary;
+}
+const RunRecords& records_of(const ValidationResult& v, ValidationMode mode) {
+  return mode == ValidationMode::Replay ? v.replay : v.predict;
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary);
+  if (!f) throw InputError(fmt::format("{}: cannot open for writing", path));
+  f << text;
+  f.flush();
+  if (!f) throw InputError(fmt::format("{}: write failed", path));
+}
+
+std::string cell(double v) { return v >= 0 && std::isfinite(v) ? fmt::format("{}", v) : std::string(); }
+
+double ttft_of(const RequestRecord& r) { return r.completed() ? r.first_token_s - r.arrival_s : -1; }
+double e2e_of(const RequestRecord& r) { return r.completed() ? r.finish_s - r.arrival_s : -1; }
+
+const RequestRecord* find(const RunRecords& records, int64_t id) {
+  return id >= 0 && size_t(id) < records.requests.size() ? &records.requests[size_t(id)] : nullptr;
+}
+
+std::string pct(double e) { return std::isfinite(e) ? fmt::format("{:+.1f}%", e * 100) : std::string("-"); }
+std::string abs_pct(double e) { return std::isfinite(e) ? fmt::format("{:.1f}%", e * 100) : std::string("-"); }
+
+nlohmann::json predicted_config(const ValidationResult& v) {
+  nlohmann::json c = v.config;
+  c["executor"] = "profile";
+  c["clock"] = "virtual";
+  c["profile"] = v.profile_source;
+  c["cost_model"] = v.cost_model;
+  return c;
+}
+
+}  // namespace
+
+nlohmann::json validation_report_json(const ValidationResult& v, ValidationMode mode) {
+  const RunSummary& m = v.measured.summary;
+  const RunSummary& p = summary_of(v, mode);
+  nlohmann::json j;
+  j["mode"] = to_string(mode);
+  j["iteration_mape"] = {{"all", number(v.iteration.all.mape)},
+                         {"decode", number(v.iteration.decode.mape)},
+                         {"prefill", number(v.iteration.prefill.mape)},
+                         {"mixed", number(v.iteration.mixed.mape)},
+                         {"counts",
+                          {{"all", v.iteration.all.count},
+                           {"decode", v.iteration.decode.count},
+                           {"prefill", v.iteration.prefill.count},
+                           {"mixed", v.iteration.mixed.count}}},
+                         {"bias",
+                          {{"all", number(v.iteration.all.bias)},
+                           {"decode", number(v.iteration.decode.bias)},
+                           {"prefill", number(v.iteration.prefill.bias)},
+                           {"mixed", number(v.iteration.mixed.bias)}}}};
+  j["ttft_s"] = comparison_json(m.ttft_s, p.ttft_s);
+  j["tpot_s"] = comparison_json(m.tpot_s, p.tpot_s);
+  j["e2e_s"] = comparison_json(m.e2e_s, p.e2e_s);
+  j["measured"] = run_json(m, v.measured.records);
+  j["predicted_run"] = run_json(p, records_of(v, mode));
+  j["profile"] = v.profile_source;
+  if (v.profile_saved_as) j["profile_saved_as"] = *v.profile_saved_as;
+  j["cost_model"] = v.cost_model;
+  j["warnings"] = v.warnings;
+  j["definitions"] = {
+      {"rel_error", "predicted / measured - 1 (positive: the prediction is too slow)"},
+      {"iteration_mape",
+       "mean over the real run's iterations of |predicted cost - measured time| / measured time; "
+       "decode: no prefill sequence, prefill: no decode sequence, mixed: both; null when a class is empty"},
+      {"iteration_mape.bias", "mean over the same iterations of predicted / measured - 1"},
+      {"replay", "the real run's iterations costed by the profile and re-timed on a virtual clock"},
+      {"predict", "an independent simulation of the same workload and scheduler with the profile"},
+      {"tpot_s", "per request with >= 2 output tokens: (last token - first token) / (tokens - 1)"}};
+  j["percentiles"] = "linear interpolation between closest ranks (numpy default, Hyndman-Fan type 7)";
+  j["config"] = v.config;
+  return j;
+}
+
+void write_validation_outputs(const std::string& dir, const ValidationResult& v, ValidationMode mode) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec || !fs::is_directory(dir))
+    throw InputError(fmt::format("--out: cannot create folder '{}': {}", dir, ec.message()));
+  const fs::path d(dir);
+  write_text((d / "report.json").string(), validation_report_json(v, mode).dump(2) + "\n");
+  write_text((d / "report_replay.json").string(), validation_report_json(v, ValidationMode::Replay).dump(2) + "\n");
+  write_text((d / "report_predict.json").string(),
+             validation_report_json(v, ValidationMode::Predict).dump(2) + "\n");
+
+  std::string t = "index,kind,measured_s,predicted_s,rel_error,prefill_tokens,decode_tokens,sequences\n";
+  for (size_t k = 0; k < v.iterations.size(); ++k) {
+    const RecordedIteration& it = v.iterations[k];
+    const double e = rel_error(v.predicted_iteration_s[k], it.measured_s);
+    t += fmt::format("{},{},{},{},{},{},{},{}\n", k, to_string(it.kind()), it.measured_s,
+                     v.predicted_iteration_s[k], std::isfinite(e) ? fmt::format("{}", e) : "", it.prefill_tokens,
+                     it.decode_tokens, it.sequences.size());
+  }
+  write_text((d / "iterations.csv").string(), t);
+
+  t = "id,prompt_tokens,output_tokens,measured_ttft_s,replay_ttft_s,predict_ttft_s,measured_tpot_s,"
+      "replay_tpot_s,predict_tpot_s,measured_e2e_s,replay_e2e_s,predict_e2e_s\n";
+  for (const RequestRecord& r : v.measured.records.requests) {
+    if (!r.submitted()) continue;
+    const RequestRecord* rp = find(v.replay, r.id);
+    const RequestRecord* pp = find(v.predict, r.id);
+    auto of = [](const RequestRecord* x, double (*f)(const RequestRecord&)) { return x ? f(*x) : -1.0; };
+    t += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{}\n", r.id, r.prompt_tokens, r.output_tokens,
+                     cell(ttft_of(r)), cell(of(rp, ttft_of)), cell(of(pp, ttft_of)), cell(request_tpot_s(r)),
+                     cell(of(rp, request_tpot_s)), cell(of(pp, request_tpot_s)), cell(e2e_of(r)),
+                     cell(of(rp, e2e_of)), cell(of(pp, e2e_of)));
+  }
+  write_text((d / "requests.csv").string(), t);
+
+  SloTargets no_slo;  // goodput is not part of the comparison
+  write_run_outputs((d / "measured").string(), v.measured.records,
+                    summary_to_json(v.measured.summary, no_slo, v.config));
+  write_run_outputs((d / "replayed").string(), v.replay, summary_to_json(v.replay_summary, no_slo, predicted_config(v)));
+  write_run_outputs((d / "predicted").string(), v.predict,
+                    summary_to_json(v.predict_summary, no_slo, predicted_config(v)));
+}
+
+std::string format_validation_table(const ValidationResult& v, ValidationMode mode, const std::string& title) {
+  std::string t = title + "\n";
+  const RunSummary& m = v.measured.summary;
+  t += fmt::format("  measured   {} of {} requests completed in {:.3f} s, {} iterations, {:.1f} output tok/s\n",
+                   m.completed, m.submitted, m.duration_s, m.iterations, m.output_tokens_per_s);
+  t += "  iteration time: predicted cost of each measured iteration, MAPE (bias)\n";
+  auto klass = [&](const char* name, const ClassError& e) {
+    t += fmt::format("    {:<8} {:>7} ({:>7})  {:>6} iterations\n", name, abs_pct(e.mape), pct(e.bias), e.count);
+  };
+  klass("all", v.iteration.all);
+  klass("decode", v.iteration.decode);
+  klass("prefill", v.iteration.prefill);
+  klass("mixed", v.iteration.mixed);
+
+  const RunSummary& p = summary_of(v, mode);
+  t += fmt::format("  per request, {} mode (ms; error = predicted / measured - 1)\n", to_string(mode));
+  t += fmt::format("    {:<15} {:>10} {:>10} {:>10} {:>10}\n", "", "mean", "p50", "p90", "p99");
+  auto block = [&](const char* name, const Distribution& a, const Distribution& b) {
+    auto ms = [](double s) { return fmt::format("{:.2f}", s * 1e3); };
+    t += fmt::format("    {:<4} {:<10} {:>10} {:>10} {:>10} {:>10}\n", name, "measured", ms(a.mean), ms(a.p50),
+                     ms(a.p90), ms(a.p99));
+    t += fmt::format("    {:<4} {:<10} {:>10} {:>10} {:>10} {:>10}\n", "", "predicted", ms(b.mean), ms(b.p50),
+                     ms(b.p90), ms(b.p99));
+    t += fmt::format("    {:<4} {:<10} {:>10} {:>10} {:>10} {:>10}\n", "", "error", pct(rel_error(b.mean, a.mean)),
+                     pct(rel_error(b.p50, a.p50)), pct(rel_error(b.p90, a.p90)), pct(rel_error(b.p99, a.p99)));
+  };
+  block("TTFT", m.ttft_s, p.ttft_s);
+  block("TPOT", m.tpot_s, p.tpot_s);
+  block("E2E", m.e2e_s, p.e2e_s);
+
+  const ValidationMode other = mode == ValidationMode::Replay ? ValidationMode::Predict : ValidationMode::Replay;
+  const RunSummary& o = summary_of(v, other);
+  t += fmt::format("  {} mode: mean error TTFT {}, TPOT {}, E2E {}; P90 TTFT {}, TPOT {}\n", to_string(other),
+                   pct(rel_error(o.ttft_s.mean, m.ttft_s.mean)), pct(rel_error(o.tpot_s.mean, m.tpot_s.mean)),
+                   pct(rel_error(o.e2e_s.mean, m.e2e_s.mean)), pct(rel_error(o.ttft_s.p90, m.ttft_s.p90)),
+                   pct(rel_error(o.tpot_s.p90, m.tpot_s.p90)));
+  for (const std::string& w : v.warnings) t += "  note: " + w + "\n";
+  return t;
+}
+
+}  // namespace servesim

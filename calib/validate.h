@@ -1,0 +1,186 @@
+// Validation: serve a workload for real once, predict it with the profile
+// cost model, and report how far the predictions are from the measurements.
+//
+// One real run gives two predictions:
+//   replay  - the real run's own iterations, each costed by the ProfileModel
+//             and re-timed on a virtual clock (replay_timing below). The
+//             batches are the measured ones, so the error is the cost
+//             model's alone.
+//   predict - an independent simulation of the same workload (same requests,
+//             same resolved scheduler settings) with the ProfileModel on a
+//             virtual clock: what a user's what-if relies on. Batches may
+//             differ from the real run's once times differ.
+// The per-iteration error always compares the predicted cost of each real
+// plan with its measured time (the decoder executor's own wall time).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "calib/calibrate.h"
+#include "calib/profile.h"
+#include "kernels/decoder/engine.h"
+#include "sim/executor.h"
+#include "sim/metrics.h"
+#include "sim/scheduler.h"
+#include "sim/workload.h"
+
+namespace servesim {
+
+// ------------------------------------------------------------ recording
+
+// One sequence of an executed plan, and what the executor reported for it.
+struct RecordedSequence {
+  int64_t request_id = 0;
+  int32_t num_query_tokens = 0;
+  int32_t num_cached_tokens = 0;
+  bool is_prefill = false;
+  bool samples = false;
+  int32_t emitted_tokens = -1;  // -1: the executor left emitted_tokens empty (one token if sampling)
+  bool eos = false;             // the executor reported end-of-sequence
+};
+
+enum class IterationKind { Decode, Prefill, Mixed };
+const char* to_string(IterationKind kind);
+// decode: no prefill sequence; prefill: no decode sequence; mixed: both.
+IterationKind iteration_kind(int32_t prefill_sequences, int32_t decode_sequences);
+
+struct RecordedIteration {
+  std::vector<RecordedSequence> sequences;
+  double measured_s = 0;  // IterationResult::duration_s of the real executor
+  int32_t prefill_tokens = 0, decode_tokens = 0;
+  int32_t prefill_sequences = 0, decode_sequences = 0;
+  IterationKind kind() const { return iteration_kind(prefill_sequences, decode_sequences); }
+};
+
+// Forwards to `inner` and appends every executed plan and its result to
+// `out`. Adds a copy of the plan's sequences per iteration, nothing else.
+class RecordingExecutor final : public Executor {
+ public:
+  RecordingExecutor(Executor& inner, std::vector<RecordedIteration>& out) : inner_(inner), out_(out) {}
+  std::string name() const override { return inner_.name(); }
+  void execute(const IterationPlan& plan, IterationResult& result) override;
+  void on_request_finished(int64_t request_id) override { inner_.on_request_finished(request_id); }
+
+ private:
+  Executor& inner_;
+  std::vector<RecordedIteration>& out_;
+};
+
+// Rebuilds a recorded plan for a cost model. Block tables are zero-filled
+// spans of the right length (cost models read token counts, not block ids);
+// they point into `block_storage`, which must outlive the plan's use.
+void rebuild_plan(const RecordedIteration& iteration, int64_t index, int32_t block_size,
+                  IterationPlan& plan, std::vector<int32_t>& block_storage);
+
+// The cost `model` predicts for every recorded plan, seconds.
+std::vector<double> cost_iterations(const std::vector<RecordedIteration>& iterations, Executor& model,
+                                    int32_t block_size);
+
+// ------------------------------------------------------------ replay
+
+// Re-times a real run's iteration sequence with other iteration durations
+// (one per recorded iteration), on a virtual clock starting at 0:
+//   start(k) = max(end(k-1), arrival of every request in plan k),  end(-1) = 0
+//   end(k)   = start(k) + durations_s[k]
+// A request is first scheduled at the start of its first plan; its tokens
+// are emitted at the end of each iteration in which it samples (as many as
+// the executor reported, clamped as Scheduler::complete does), and it
+// finishes at the emission that completes its output (or carried EOS).
+// Arrivals: open loop, the workload's (the measured) arrival times. Closed
+// loop, a request released after real iteration k (its measured arrival lies
+// after iteration k started and no later than iteration k+1 started) arrives
+// at the replayed end(k); requests released before the first iteration keep
+// their measured arrival. Rejections, preemption counts and KV figures are
+// copied from the measured run. The result summarises with summarize_run
+// (same TTFT/TPOT/E2E definitions as any run). With durations equal to the
+// measured ones of a virtual-clock run, it reproduces that run exactly.
+RunRecords replay_timing(const RunRecords& measured, const std::vector<RecordedIteration>& iterations,
+                         std::span<const double> durations_s, bool closed_loop);
+
+// ------------------------------------------------------------ errors
+
+// predicted / measured - 1 (positive: over-prediction); NaN when measured <= 0.
+double rel_error(double predicted, double measured);
+
+struct ClassError {
+  double mape = 0;  // mean of |predicted - measured| / measured; NaN when count == 0
+  double bias = 0;  // mean of predicted / measured - 1; NaN when count == 0
+  int64_t count = 0;
+};
+struct IterationErrors {
+  ClassError all, decode, prefill, mixed;
+};
+// Iterations with measured <= 0 are skipped (none occur in a real run).
+IterationErrors iteration_errors(std::span<const double> measured, std::span<const double> predicted,
+                                 std::span<const IterationKind> kinds);
+
+// ------------------------------------------------------------ validation
+
+enum class ValidationMode { Replay, Predict };
+ValidationMode parse_validation_mode(const std::string& name);  // InputError if unknown
+const char* to_string(ValidationMode mode);
+
+struct ValidationResult {
+  EngineOutput measured;                       // the real run
+  nlohmann::json config;                       // engine_setup_to_json of the real run
+  std::vector<RecordedIteration> iterations;   // every plan the real run executed
+  std::vector<double> predicted_iteration_s;   // ProfileModel cost of each
+  IterationErrors iteration;
+  RunRecords replay;                           // replay_timing with the predicted costs
+  RunSummary replay_summary;
+  RunRecords predict;                          // the independent simulation
+  RunSummary predict_summary;
+  std::string profile_source;                  // a path, or "quick calibration"
+  std::optional<std::string> profile_saved_as; // where a quick calibration was written
+  nlohmann::json cost_model;                   // ProfileModel::describe()
+  std::vector<std::string> warnings;           // profile/run mismatches worth a look
+};
+
+struct ValidationCallbacks {
+  std::function<void(const RunProgress&)> run_progress;  // the real run
+  std::function<void(const std::string&)> on_ready;      // decoder built
+};
+
+// Serves `workload` for real with `setup` and predicts it both ways with a
+// ProfileModel built from `profile` (InputError if it was measured for
+// another model shape, before anything is served).
+ValidationResult run_validation(const EngineSetup& setup, const Workload& workload,
+                                const DeviceProfile& profile, const std::string& profile_source,
+                                const ValidationCallbacks& callbacks = {});
+
+// The options of a quick calibration for `setup`: same device, model,
+// threads, block size, sampling and max_num_seqs; the GEMM grid up to the
+// run's token budget and the attention grids up to the longest request of
+// `workload` (capped at max_model_len).
+CalibrationOptions quick_calibration_options(const EngineSetup& setup, const Workload& workload);
+// calibrate(quick_calibration_options(setup, workload), progress).
+DeviceProfile quick_calibration(const EngineSetup& setup, const Workload& workload,
+                                std::function<void(const std::string&)> progress = {});
+
+// report.json for one mode:
+//   mode, iteration_mape {all, decode, prefill, mixed, counts {...}, bias {...}},
+//   ttft_s / tpot_s / e2e_s {measured, predicted {count, mean, p50, p90, p99},
+//                            rel_error {mean, p50, p90, p99}},
+//   measured / predicted_run {completed, duration_s, requests_per_s, output_tokens_per_s, ...},
+//   profile, [profile_saved_as], cost_model, config, percentiles, definitions.
+nlohmann::json validation_report_json(const ValidationResult& result, ValidationMode mode);
+
+// Writes into `dir`: report.json (for `mode`), report_replay.json,
+// report_predict.json, iterations.csv, requests.csv, and the run outputs of
+// measured/, replayed/ and predicted/ (summary.json, requests.csv,
+// iterations.csv). Throws InputError if the folder cannot be written.
+void write_validation_outputs(const std::string& dir, const ValidationResult& result, ValidationMode mode);
+
+// The stdout table: iteration MAPE per class, then TTFT/TPOT/E2E measured
+// against predicted for `mode`, and a one-line summary of the other mode.
+std::string format_validation_table(const ValidationResult& result, ValidationMode mode,
+                                    const std::string& title);
+
+}  // namespace servesim

@@ -1,0 +1,31 @@
+// Flags of the commands that serve a workload for real with the built-in
+// decoder (run, validate): device, model, weights, threads, KV cache memory
+// and sampling, with the workload, scheduler and SLO flags of
+// common_options.h at CPU-sized defaults.
+#pragma once
+
+#include <string>
+
+#include <boost/program_options.hpp>
+
+#include "cli/common_options.h"
+#include "kernels/decoder/engine.h"
+
+namespace servesim::cli {
+
+// Adds --device, --model, --weights, --weights-seed, --threads,
+// --kv-cache-memory, --temperature, --top-p and --honor-eos to `general`.
+void add_engine_options(po::options_description& general);
+
+// Workload defaults of a real run: CPU-sized (2 requests/s, 32 requests,
+// prompts of 16..256 tokens, outputs of 16..128).
+WorkloadDefaults engine_workload_defaults();
+
+// Reads the flags above plus the workload, scheduler and SLO flags (which
+// `vm` must hold). Bad values throw InputError naming the flag.
+EngineSetup engine_setup_from(const po::variables_map& vm);
+
+// "2GiB", "512MiB", "1.5GB", "1000000" (bytes); InputError naming `flag`.
+double parse_bytes(const std::string& text, const std::string& flag);
+
+}  // namespace servesim::cli

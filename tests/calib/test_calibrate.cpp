@@ -1,0 +1,331 @@
+// The calibration: a quick run on a tiny hand-built model gives a complete,
+// well-formed profile (every table positive, axes ascending, the expected
+// growth with size), the raw Google Benchmark JSON beside it, and grids and
+// option checks as calib/calibrate.h states them.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "calib/calibrate.h"
+#include "calib/profile.h"
+#include "calib/profile_model.h"
+#include "sim/errors.h"
+#include "sim/model_spec.h"
+
+using namespace servesim;
+
+namespace {
+
+// Small enough that a quick calibration takes a few seconds: GQA (H = 4,
+// Hkv = 2) and an untied head, as in the larger models.
+ModelSpec tiny_spec() {
+  ModelSpec m;
+  m.name = "test-calib-tiny";
+  m.architecture = "llama";
+  m.hidden_size = 64;
+  m.intermediate_size = 160;
+  m.num_hidden_layers = 2;
+  m.num_attention_heads = 4;
+  m.num_key_value_heads = 2;
+  m.head_dim = 16;
+  m.vocab_size = 500;
+  m.tie_word_embeddings = false;
+  m.attention_bias = false;
+  m.max_position_embeddings = 512;
+  m.torch_dtype = "float32";
+  return m;
+}
+
+// One folder per process: ctest runs each test case as its own process, side
+// by side.
+// Removed when the process ends.
+std::string scratch_dir() {
+  struct Dir {
+    std::filesystem::path path =
+        std::filesystem::temp_directory_path() / ("servesim_test_calibrate_" + std::to_string(getpid()));
+    Dir() { std::filesystem::create_directories(path); }
+    ~Dir() {
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+    }
+  };
+  static Dir dir;
+  return dir.path.string();
+}
+
+CalibrationOptions tiny_options(const std::string& raw_path) {
+  CalibrationOptions o;
+  o.model = tiny_spec();
+  o.quick = true;
+  o.threads = 1;  // no OpenMP barriers: steady timings on a busy machine
+  o.max_batched_tokens = 256;
+  o.max_num_seqs = 32;
+  o.stream_array_bytes = 8 << 20;
+  o.gemm_ceiling_size = 256;
+  o.min_time_s = 0.002;
+  o.raw_benchmarks_path = raw_path;
+  return o;
+}
+
+// One quick calibration shared by the checks below (it is the slow part).
+struct QuickRun {
+  std::string raw_path = scratch_dir() + "/tiny.benchmarks.json";
+  CalibrationOptions options = tiny_options(raw_path);
+  std::vector<std::string> progress;
+  DeviceProfile profile;
+  QuickRun() {
+    std::filesystem::remove(raw_path);
+    profile = calibrate(options, [this](const std::string& line) { progress.push_back(line); });
+  }
+};
+
+const QuickRun& quick_run() {
+  static QuickRun run;
+  return run;
+}
+
+void check_axis(const std::vector<double>& x) {
+  REQUIRE(!x.empty());
+  for (size_t i = 0; i < x.size(); ++i) {
+    CHECK(x[i] > 0);
+    if (i > 0) CHECK(x[i] > x[i - 1]);
+  }
+}
+
+void check_curve(const Curve& c, const char* name) {
+  INFO(name);
+  check_axis(c.x);
+  REQUIRE(c.seconds.size() == c.x.size());
+  for (double s : c.seconds) CHECK((std::isfinite(s) && s > 0));
+}
+
+void check_grid(const Grid2D& g, const char* name) {
+  INFO(name);
+  check_axis(g.x);
+  check_axis(g.y);
+  REQUIRE(g.seconds.size() == g.x.size());
+  for (const auto& row : g.seconds) {
+    REQUIRE(row.size() == g.y.size());
+    for (double s : row) CHECK((std::isfinite(s) && s > 0));
+  }
+}
+
+std::vector<double> as_doubles(const std::vector<int64_t>& v) { return {v.begin(), v.end()}; }
+
+}  // namespace
+
+TEST_CASE("A quick calibration of a tiny model fills every table with positive times on its grids") {
+  const QuickRun& run = quick_run();
+  const DeviceProfile& p = run.profile;
+  const CalibrationGrids grids = calibration_grids(run.options);
+
+  CHECK(p.device_kind == "cpu");
+  CHECK(p.threads == 1);
+  CHECK(p.dtype == "fp32");
+  CHECK(p.block_size == 16);
+  CHECK(p.matches(run.options.model));
+  check_curve(p.gemm_qkv, "gemm_qkv");
+  check_curve(p.gemm_o, "gemm_o");
+  check_curve(p.gemm_gate_up, "gemm_gate_up");
+  check_curve(p.gemm_down, "gemm_down");
+  check_curve(p.elementwise, "elementwise");
+  check_curve(p.lm_head, "lm_head");
+  check_curve(p.sampling, "sampling");
+  check_grid(p.prefill_attention, "prefill_attention");
+  check_grid(p.decode_attention, "decode_attention");
+  CHECK((std::isfinite(p.iteration_overhead_s) && p.iteration_overhead_s >= 0));
+
+  // The axes are the grids; the attention y axes hold cached tokens + 1.
+  CHECK(p.gemm_qkv.x == as_doubles(grids.tokens));
+  CHECK(p.elementwise.x == as_doubles(grids.tokens));
+  CHECK(p.lm_head.x == as_doubles(grids.sampling_rows));
+  CHECK(p.prefill_attention.x == as_doubles(grids.prefill_query));
+  REQUIRE(p.prefill_attention.y.size() == grids.prefill_cached.size());
+  for (size_t j = 0; j < grids.prefill_cached.size(); ++j)
+    CHECK(p.prefill_attention.y[j] == prefill_grid_y(double(grids.prefill_cached[j])));
+  CHECK(p.prefill_attention.y.front() == 1.0);  // a first chunk: no cached tokens
+  CHECK(p.decode_attention.x == as_doubles(grids.decode_batch));
+  CHECK(p.decode_attention.y == as_doubles(grids.decode_context));
+
+  // One progress line per family (after a setup line and before "done").
+  int families = 0;
+  for (const auto& line : run.progress) families += line.rfind("[", 0) == 0;
+  CHECK(families == 11);
+}
+
+TEST_CASE("Calibrated times grow with the work: GEMMs with tokens, decode attention with context") {
+  const DeviceProfile& p = quick_run().profile;
+  for (const Curve* c : {&p.gemm_qkv, &p.gemm_o, &p.gemm_gate_up, &p.gemm_down, &p.lm_head}) {
+    // 256 tokens (or 32 rows) against 1: many times the FLOPs of the weights' one pass.
+    CHECK(c->seconds.back() > c->seconds.front());
+  }
+  const Grid2D& d = p.decode_attention;
+  for (size_t i = 0; i < d.x.size(); ++i) {
+    INFO("batch " << d.x[i]);
+    CHECK(d.seconds[i].back() > d.seconds[i].front());  // context 512 against 16
+  }
+  // A chunk of 128 queries after 511 cached against one of 16 with none.
+  CHECK(p.prefill_attention.seconds.back().back() > p.prefill_attention.seconds.front().front());
+}
+
+TEST_CASE("The calibration measures the ceilings and records its provenance") {
+  const QuickRun& run = quick_run();
+  const DeviceProfile& p = run.profile;
+  CHECK(p.stream_copy_bytes_per_s > 0);
+  CHECK(p.stream_triad_bytes_per_s > 0);
+  CHECK(p.gemm_flops_per_s > 0);
+  const nlohmann::json& m = p.metadata;
+  for (const char* key : {"date", "commit", "compiler", "libraries", "host", "device", "settings", "conventions"})
+    CHECK(m.contains(key));
+  CHECK(m["settings"]["mode"] == "quick");
+  CHECK(m["settings"]["threads"] == 1);
+  CHECK(m["settings"]["stream_array_bytes"] == 8 << 20);
+  CHECK(m["date"].get<std::string>().back() == 'Z');
+  CHECK(m["libraries"].contains("eigen"));
+  CHECK(m["libraries"].contains("google_benchmark"));
+}
+
+TEST_CASE("A calibrated profile survives a save and load unchanged") {
+  const DeviceProfile& p = quick_run().profile;
+  const std::string path = scratch_dir() + "/tiny.profile.json";
+  p.save(path);
+  const DeviceProfile back = DeviceProfile::load(path);
+  CHECK(back.to_json() == p.to_json());
+  CHECK(back.raw_benchmarks_file == "tiny.benchmarks.json");
+}
+
+TEST_CASE("The raw Google Benchmark JSON is kept and names every benchmark") {
+  const QuickRun& run = quick_run();
+  REQUIRE(std::filesystem::exists(run.raw_path));
+  std::ifstream in(run.raw_path);
+  const nlohmann::json raw = nlohmann::json::parse(in);  // throws if malformed
+  REQUIRE(raw.contains("context"));
+  REQUIRE(raw["benchmarks"].is_array());
+  std::vector<std::string> names;
+  for (const auto& b : raw["benchmarks"]) names.push_back(b["name"].get<std::string>());
+  auto has = [&](const std::string& prefix) {
+    for (const auto& n : names)
+      if (n.rfind(prefix, 0) == 0) return true;
+    return false;
+  };
+  for (const char* expected :
+       {"stream_copy/", "stream_triad/", "gemm_peak/n:256/", "gemm_qkv/M:1/", "gemm_o/M:256/",
+        "gemm_gate_up/M:16/", "gemm_down/M:64/", "elementwise/M:4/", "prefill_attention/q:16/c:0/",
+        "prefill_attention/q:128/c:511/", "decode_attention/b:1/L:16/", "decode_attention/b:32/L:512/",
+        "lm_head/S:32/", "sampling/S:8/", "iteration/decode/b:1/L:16/"}) {
+    INFO(expected);
+    CHECK(has(expected));
+  }
+  // Each benchmark's repetitions and their median aggregate are there.
+  int medians = 0;
+  for (const auto& b : raw["benchmarks"]) medians += b.value("aggregate_name", "") == "median";
+  CHECK(medians == int(run.profile.metadata["settings"]["benchmarks"].get<int>()));
+}
+
+TEST_CASE("Calibration grids follow the documented rules") {
+  CalibrationOptions o;
+  o.model = resolve_model("small-110m");  // max_position_embeddings 1024
+  SECTION("full") {
+    const CalibrationGrids g = calibration_grids(o);
+    CHECK(g.tokens == std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048});
+    CHECK(g.prefill_query == g.tokens);
+    CHECK(g.prefill_cached == std::vector<int64_t>{0, 15, 31, 63, 127, 255, 511, 1023});
+    CHECK(g.decode_batch == std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64});
+    CHECK(g.decode_context == std::vector<int64_t>{16, 32, 64, 128, 256, 512, 1024});
+    CHECK(g.sampling_rows == std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64, 128, 256});
+  }
+  SECTION("quick") {
+    o.quick = true;
+    const CalibrationGrids g = calibration_grids(o);
+    CHECK(g.tokens == std::vector<int64_t>{1, 4, 16, 64, 256, 2048});
+    CHECK(g.prefill_query == std::vector<int64_t>{16, 128, 512});
+    CHECK(g.prefill_cached == std::vector<int64_t>{0, 255, 1023});
+    CHECK(g.decode_batch == std::vector<int64_t>{1, 8, 32});
+    CHECK(g.decode_context == std::vector<int64_t>{16, 128, 1024});
+    CHECK(g.sampling_rows == std::vector<int64_t>{1, 8, 64, 256});
+  }
+  SECTION("small limits cap every axis and keep it ascending") {
+    o.quick = true;
+    o.max_batched_tokens = 100;
+    o.max_context = 10;
+    o.max_num_seqs = 5;
+    const CalibrationGrids g = calibration_grids(o);
+    CHECK(g.tokens == std::vector<int64_t>{1, 4, 16, 64, 100});
+    CHECK(g.prefill_query == std::vector<int64_t>{16, 100});
+    CHECK(g.prefill_cached == std::vector<int64_t>{0, 9});
+    CHECK(g.decode_batch == std::vector<int64_t>{1, 5});
+    CHECK(g.decode_context == std::vector<int64_t>{10});
+    CHECK(g.sampling_rows == std::vector<int64_t>{1, 5});
+  }
+  SECTION("the longest decode context keeps the largest cell's KV within 2 GiB") {
+    o.model = resolve_model("llama-3.1-8b");  // 8 KiB of K and V per token and layer
+    const CalibrationGrids g = calibration_grids(o);
+    CHECK(g.decode_context.back() == 4096);  // 2 GiB / (64 sequences x 8 KiB)
+    CHECK(g.prefill_cached.back() == 131071);
+  }
+}
+
+TEST_CASE("Calibration refuses options out of range, naming the flag") {
+  CalibrationOptions o;
+  o.model = tiny_spec();
+  auto refuses = [&](const std::string& needle) {
+    INFO(needle);
+    CHECK_THROWS_WITH(calibration_grids(o), Catch::Contains(needle));
+    CHECK_THROWS_AS(calibrate(o), InputError);
+  };
+  SECTION("device") {
+    o.device = "cuda";
+    refuses("only cpu in this build");
+  }
+  SECTION("tokens") {
+    o.max_batched_tokens = 0;
+    refuses("--max-num-batched-tokens");
+  }
+  SECTION("block size") {
+    o.block_size = 0;
+    refuses("--block-size");
+  }
+  SECTION("threads") {
+    o.threads = -1;
+    refuses("--threads");
+  }
+  SECTION("context") {
+    o.max_context = -5;
+    refuses("--max-context");
+  }
+  SECTION("rows") {
+    o.max_num_seqs = 0;
+    refuses("--max-num-seqs");
+  }
+  SECTION("sampling") {
+    o.sampling.top_p = 0;
+    refuses("--top-p");
+  }
+  SECTION("an unwritable raw JSON path") {
+    o.raw_benchmarks_path = scratch_dir() + "/no-such-dir/x.json";
+    CHECK_THROWS_WITH(calibrate(o), Catch::Contains("no-such-dir"));
+  }
+}
+
+TEST_CASE("A second calibration in the same process works, without keeping the raw JSON") {
+  quick_run();  // the first one
+  CalibrationOptions o = tiny_options("");
+  o.threads = 2;
+  o.max_batched_tokens = 32;
+  o.max_context = 64;
+  o.max_num_seqs = 4;
+  const DeviceProfile p = calibrate(o);
+  CHECK(p.threads == 2);
+  CHECK(p.raw_benchmarks_file.empty());
+  CHECK(p.gemm_qkv.x.back() == 32);
+  CHECK(p.decode_attention.y.back() == 64);
+  CHECK(p.to_json() == DeviceProfile::from_json(p.to_json(), "in memory").to_json());
+}

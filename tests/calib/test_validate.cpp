@@ -1,0 +1,454 @@
+// Validation: the recording executor, the replay re-timing, the error
+// measures and report.json, and a tiny validation end to end (quick
+// calibration, real run, both predictions).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "calib/calibrate.h"
+#include "calib/validate.h"
+#include "sim/clock.h"
+#include "sim/errors.h"
+#include "sim/runner.h"
+#include "sim/scheduler.h"
+#include "sim/workload.h"
+
+using namespace servesim;
+
+namespace {
+
+// A deterministic stand-in for a real executor: the duration grows with the
+// batch's tokens and context, and (optionally) some decodes report EOS.
+class FakeExecutor final : public Executor {
+ public:
+  explicit FakeExecutor(bool eos = false) : eos_(eos) {}
+  std::string name() const override { return "fake"; }
+  void execute(const IterationPlan& plan, IterationResult& result) override {
+    double cached = 0;
+    for (const ScheduledSequence& s : plan.sequences) cached += s.num_cached_tokens;
+    result.duration_s = 1e-3 + 2e-5 * plan.num_tokens() + 3e-7 * cached + 1e-4 * plan.num_sampling_sequences;
+    if (!eos_) return;
+    result.finished.assign(plan.sequences.size(), 0);
+    for (size_t k = 0; k < plan.sequences.size(); ++k) {
+      const ScheduledSequence& s = plan.sequences[k];
+      result.finished[k] = s.samples && !s.is_prefill && s.request_id % 4 == 1 && s.num_cached_tokens % 5 == 0;
+    }
+  }
+
+ private:
+  bool eos_;
+};
+
+struct Recorded {
+  RunRecords records;
+  std::vector<RecordedIteration> iterations;
+};
+
+Recorded record_virtual_run(const SchedulerConfig& config, const Workload& workload, bool eos) {
+  Recorded out;
+  Scheduler scheduler(config);
+  FakeExecutor fake(eos);
+  RecordingExecutor recording(fake, out.iterations);
+  VirtualClock clock;
+  Runner runner(scheduler, recording, clock);
+  out.records = runner.run(workload);
+  return out;
+}
+
+std::vector<double> measured_durations(const std::vector<RecordedIteration>& its) {
+  std::vector<double> d;
+  for (const RecordedIteration& it : its) d.push_back(it.measured_s);
+  return d;
+}
+
+SchedulerConfig config_for(SchedulerPolicy policy, int64_t blocks, int32_t max_seqs = 8) {
+  SchedulerConfig c;
+  c.policy = policy;
+  c.max_num_seqs = max_seqs;
+  c.max_num_batched_tokens = policy == SchedulerPolicy::Chunked ? 64 : 512;
+  c.block_size = 4;
+  c.num_gpu_blocks = blocks;
+  c.max_model_len = 512;
+  return c;
+}
+
+Workload synthetic(ArrivalProcess arrival, double rate, int64_t n, uint64_t seed, int64_t concurrency = 0) {
+  WorkloadSpec w;
+  w.arrival = arrival;
+  w.rate = rate;
+  w.concurrency = concurrency;
+  w.num_requests = n;
+  w.prompt_len = "uniform:4:90";
+  w.output_len = "uniform:1:30";
+  w.seed = seed;
+  return make_workload(w);
+}
+
+void require_same_requests(const RunRecords& a, const RunRecords& b) {
+  REQUIRE(a.requests.size() == b.requests.size());
+  for (size_t i = 0; i < a.requests.size(); ++i) {
+    const RequestRecord& x = a.requests[i];
+    const RequestRecord& y = b.requests[i];
+    INFO("request " << i);
+    CHECK(x.arrival_s == y.arrival_s);
+    CHECK(x.first_scheduled_s == y.first_scheduled_s);
+    CHECK(x.first_token_s == y.first_token_s);
+    CHECK(x.last_token_s == y.last_token_s);
+    CHECK(x.finish_s == y.finish_s);
+    CHECK(x.tokens_emitted == y.tokens_emitted);
+    CHECK(x.emissions == y.emissions);
+    CHECK(x.rejection == y.rejection);
+  }
+  CHECK(a.end_s == b.end_s);
+}
+
+void require_same_distribution(const Distribution& a, const Distribution& b) {
+  CHECK(a.count == b.count);
+  CHECK(a.mean == b.mean);
+  CHECK(a.p50 == b.p50);
+  CHECK(a.p90 == b.p90);
+  CHECK(a.p99 == b.p99);
+}
+
+RecordedSequence seq(int64_t id, int32_t query, int32_t cached, bool prefill, bool samples) {
+  RecordedSequence s;
+  s.request_id = id;
+  s.num_query_tokens = query;
+  s.num_cached_tokens = cached;
+  s.is_prefill = prefill;
+  s.samples = samples;
+  return s;
+}
+
+RecordedIteration iteration(std::vector<RecordedSequence> seqs, double measured) {
+  RecordedIteration it;
+  it.measured_s = measured;
+  for (const RecordedSequence& s : seqs) {
+    (s.is_prefill ? it.prefill_tokens : it.decode_tokens) += s.num_query_tokens;
+    (s.is_prefill ? it.prefill_sequences : it.decode_sequences) += 1;
+  }
+  it.sequences = std::move(seqs);
+  return it;
+}
+
+RequestRecord request(int64_t id, double arrival, int32_t prompt, int32_t output) {
+  RequestRecord r;
+  r.id = id;
+  r.arrival_s = arrival;
+  r.prompt_tokens = prompt;
+  r.output_tokens = output;
+  r.finish_s = 1;  // completed in the "measured" run
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("validate: replay with the measured durations reproduces a virtual-clock run exactly") {
+  struct Scenario {
+    const char* name;
+    SchedulerConfig config;
+    Workload workload;
+    bool eos;
+  };
+  const std::vector<Scenario> scenarios = {
+      // Sparse arrivals: idle gaps between bursts.
+      {"chunked, poisson, idle gaps", config_for(SchedulerPolicy::Chunked, 400), synthetic(ArrivalProcess::Poisson, 20, 30, 1), false},
+      {"chunked, heavy load", config_for(SchedulerPolicy::Chunked, 400), synthetic(ArrivalProcess::Poisson, 2000, 40, 2), false},
+      // A small KV cache: preemptions and recomputation.
+      {"continuous, preemption", config_for(SchedulerPolicy::Continuous, 40), synthetic(ArrivalProcess::Poisson, 5000, 30, 3), false},
+      {"static", config_for(SchedulerPolicy::Static, 400, 4), synthetic(ArrivalProcess::Gamma, 300, 25, 4), false},
+      {"closed loop", config_for(SchedulerPolicy::Chunked, 400), synthetic(ArrivalProcess::Closed, 0, 30, 5, 3), false},
+      {"closed loop, preemption, EOS", config_for(SchedulerPolicy::Chunked, 40),
+       synthetic(ArrivalProcess::Closed, 0, 30, 6, 6), true},
+  };
+  for (const Scenario& s : scenarios) {
+    INFO(s.name);
+    Recorded run = record_virtual_run(s.config, s.workload, s.eos);
+    REQUIRE(run.iterations.size() == run.records.iterations.size());
+    REQUIRE(run.iterations.size() > 10);
+    const std::vector<double> durations = measured_durations(run.iterations);
+    RunRecords replay = replay_timing(run.records, run.iterations, durations, s.workload.closed_loop);
+    require_same_requests(run.records, replay);
+    for (size_t k = 0; k < replay.iterations.size(); ++k) {
+      CHECK(replay.iterations[k].start_s == run.records.iterations[k].start_s);
+      CHECK(replay.iterations[k].duration_s == run.records.iterations[k].duration_s);
+    }
+    const RunSummary a = summarize_run(run.records, {});
+    const RunSummary b = summarize_run(replay, {});
+    require_same_distribution(a.ttft_s, b.ttft_s);
+    require_same_distribution(a.tpot_s, b.tpot_s);
+    require_same_distribution(a.e2e_s, b.e2e_s);
+    require_same_distribution(a.itl_s, b.itl_s);
+    require_same_distribution(a.queueing_s, b.queueing_s);
+    CHECK(a.completed == b.completed);
+    CHECK(a.duration_s == b.duration_s);
+  }
+}
+
+TEST_CASE("validate: the scenarios exercise preemption, EOS and idle gaps") {
+  // Guards the test above against scenarios that stop covering what they name.
+  Recorded pre = record_virtual_run(config_for(SchedulerPolicy::Continuous, 40),
+                                    synthetic(ArrivalProcess::Poisson, 5000, 30, 3), false);
+  CHECK(pre.records.preemptions > 0);
+  Recorded eos = record_virtual_run(config_for(SchedulerPolicy::Chunked, 40),
+                                    synthetic(ArrivalProcess::Closed, 0, 30, 6, 6), true);
+  int64_t short_of_output = 0;
+  for (const RequestRecord& r : eos.records.requests)
+    short_of_output += r.completed() && r.tokens_emitted < r.output_tokens;
+  CHECK(short_of_output > 0);
+  Recorded idle = record_virtual_run(config_for(SchedulerPolicy::Chunked, 400),
+                                     synthetic(ArrivalProcess::Poisson, 20, 30, 1), false);
+  int64_t gaps = 0;
+  for (size_t k = 1; k < idle.records.iterations.size(); ++k) {
+    const IterationRecord& prev = idle.records.iterations[k - 1];
+    gaps += idle.records.iterations[k].start_s > prev.start_s + prev.duration_s;
+  }
+  CHECK(gaps > 0);
+}
+
+TEST_CASE("validate: replay starts an iteration no earlier than its requests arrive") {
+  RunRecords measured;
+  measured.requests = {request(0, 0.0, 4, 2), request(1, 5.0, 4, 1)};
+  const std::vector<RecordedIteration> its = {
+      iteration({seq(0, 4, 0, true, true)}, 0.5),
+      iteration({seq(0, 1, 4, false, true)}, 0.5),
+      iteration({seq(1, 4, 0, true, true)}, 0.5),
+  };
+  SECTION("fast iterations wait for the arrival") {
+    const std::vector<double> d = {1, 1, 1};
+    const RunRecords r = replay_timing(measured, its, d, false);
+    CHECK(r.requests[0].first_scheduled_s == 0);
+    CHECK(r.requests[0].first_token_s == 1);
+    CHECK(r.requests[0].finish_s == 2);
+    CHECK(request_tpot_s(r.requests[0]) == 1);
+    CHECK(r.requests[1].first_scheduled_s == 5);  // not 2: it arrives at 5
+    CHECK(r.requests[1].first_token_s == 6);
+    CHECK(r.requests[1].finish_s == 6);
+    CHECK(r.requests[1].tokens_emitted == 1);
+    CHECK(r.iterations[2].start_s == 5);
+  }
+  SECTION("slow iterations push the start past the arrival") {
+    const std::vector<double> d = {3, 3, 3};
+    RunRecords r = replay_timing(measured, its, d, false);
+    CHECK(r.requests[0].first_token_s == 3);
+    CHECK(r.requests[0].finish_s == 6);
+    CHECK(r.requests[1].first_scheduled_s == 6);
+    CHECK(r.requests[1].first_token_s - r.requests[1].arrival_s == 4);
+    const RunSummary s = summarize_run(r, {});
+    CHECK(s.ttft_s.mean == Approx(3.5));
+    CHECK(s.e2e_s.mean == Approx(5.0));
+    CHECK(s.tpot_s.count == 1);
+    CHECK(s.tpot_s.mean == Approx(3.0));
+  }
+  SECTION("the durations vector must match the iterations") {
+    const std::vector<double> d = {1, 1};
+    CHECK_THROWS(replay_timing(measured, its, d, false));
+  }
+}
+
+TEST_CASE("validate: closed-loop replay releases a request at its predecessor's replayed finish") {
+  // One client: request 1 was released when request 0 finished after real
+  // iteration 1 (measured arrival 2.1, between the starts 1.0 and 2.5).
+  RunRecords measured;
+  measured.requests = {request(0, 0.0, 4, 2), request(1, 2.1, 4, 1)};
+  IterationRecord a, b, c;
+  a.index = 0, a.start_s = 0.0;
+  b.index = 1, b.start_s = 1.0;
+  c.index = 2, c.start_s = 2.5;
+  measured.iterations = {a, b, c};
+  const std::vector<RecordedIteration> its = {
+      iteration({seq(0, 4, 0, true, true)}, 1.0),
+      iteration({seq(0, 1, 4, false, true)}, 1.0),
+      iteration({seq(1, 4, 0, true, true)}, 1.0),
+  };
+  const std::vector<double> d = {0.25, 0.25, 0.5};
+  const RunRecords r = replay_timing(measured, its, d, true);
+  CHECK(r.requests[0].arrival_s == 0.0);
+  CHECK(r.requests[1].arrival_s == 0.5);  // replayed end of iteration 1
+  CHECK(r.requests[1].first_token_s == 1.0);
+  CHECK(r.requests[1].first_token_s - r.requests[1].arrival_s == 0.5);
+}
+
+TEST_CASE("validate: rebuilt plans carry the recorded sequences and block tables of the right length") {
+  const RecordedIteration it = iteration({seq(3, 5, 0, true, false), seq(7, 1, 9, false, true)}, 1.0);
+  IterationPlan plan;
+  std::vector<int32_t> storage;
+  rebuild_plan(it, 12, 4, plan, storage);
+  CHECK(plan.index == 12);
+  REQUIRE(plan.sequences.size() == 2);
+  CHECK(plan.sequences[0].request_id == 3);
+  CHECK(plan.sequences[0].block_table.size() == 2);  // 5 tokens in blocks of 4
+  CHECK(plan.sequences[1].block_table.size() == 3);  // 10 tokens
+  CHECK(plan.num_prefill_tokens == 5);
+  CHECK(plan.num_decode_tokens == 1);
+  CHECK(plan.num_sampling_sequences == 1);
+  CHECK(it.kind() == IterationKind::Mixed);
+  CHECK(iteration_kind(0, 3) == IterationKind::Decode);
+  CHECK(iteration_kind(2, 0) == IterationKind::Prefill);
+}
+
+TEST_CASE("validate: iteration MAPE per class on hand-made numbers") {
+  const std::vector<double> measured = {1.0, 2.0, 4.0, 1.0, 0.5};
+  const std::vector<double> predicted = {1.1, 1.8, 5.0, 1.0, 0.4};
+  const std::vector<IterationKind> kinds = {IterationKind::Decode, IterationKind::Prefill, IterationKind::Mixed,
+                                            IterationKind::Decode, IterationKind::Decode};
+  const IterationErrors e = iteration_errors(measured, predicted, kinds);
+  // |errors|: 0.1, 0.1, 0.25, 0, 0.2
+  CHECK(e.all.count == 5);
+  CHECK(e.all.mape == Approx(0.65 / 5));
+  CHECK(e.decode.count == 3);
+  CHECK(e.decode.mape == Approx(0.3 / 3));
+  CHECK(e.decode.bias == Approx((0.1 + 0 - 0.2) / 3));
+  CHECK(e.prefill.mape == Approx(0.1));
+  CHECK(e.prefill.bias == Approx(-0.1));
+  CHECK(e.mixed.mape == Approx(0.25));
+  CHECK(e.mixed.count == 1);
+
+  const std::vector<IterationKind> decodes(5, IterationKind::Decode);
+  const IterationErrors d = iteration_errors(measured, predicted, decodes);
+  CHECK(d.prefill.count == 0);
+  CHECK(std::isnan(d.prefill.mape));
+  CHECK(std::isnan(d.mixed.mape));
+  const std::vector<double> shorter = {1.0};
+  CHECK_THROWS(iteration_errors(shorter, predicted, kinds));
+}
+
+TEST_CASE("validate: rel_error is predicted over measured minus one") {
+  CHECK(rel_error(1.1, 1.0) == Approx(0.1));   // too slow: positive
+  CHECK(rel_error(0.9, 1.0) == Approx(-0.1));  // too fast: negative
+  CHECK(rel_error(2.0, 2.0) == 0.0);
+  CHECK(rel_error(3.0, 1.5) == Approx(1.0));
+  CHECK(std::isnan(rel_error(1.0, 0.0)));
+  CHECK(parse_validation_mode("replay") == ValidationMode::Replay);
+  CHECK(parse_validation_mode("predict") == ValidationMode::Predict);
+  CHECK_THROWS_AS(parse_validation_mode("guess"), InputError);
+}
+
+namespace {
+
+ModelSpec tiny_spec() {
+  ModelSpec m;
+  m.name = "test-validate";
+  m.architecture = "llama";
+  m.hidden_size = 64;
+  m.intermediate_size = 128;
+  m.num_hidden_layers = 2;
+  m.num_attention_heads = 4;
+  m.num_key_value_heads = 2;
+  m.head_dim = 16;
+  m.vocab_size = 256;
+  m.tie_word_embeddings = false;
+  m.attention_bias = false;
+  m.max_position_embeddings = 256;
+  m.torch_dtype = "float32";
+  m.eos_token_id = 2;
+  return m;
+}
+
+void require_report_keys(const nlohmann::json& r, const char* mode) {
+  CHECK(r.at("mode") == mode);
+  for (const char* k : {"all", "decode", "prefill", "mixed"}) {
+    INFO(k);
+    CHECK(r.at("iteration_mape").contains(k));
+    CHECK(r.at("iteration_mape").at("counts").contains(k));
+  }
+  REQUIRE(r.at("iteration_mape").at("all").is_number());
+  for (const char* metric : {"ttft_s", "tpot_s", "e2e_s"}) {
+    for (const char* part : {"measured", "predicted", "rel_error"}) {
+      for (const char* stat : {"mean", "p50", "p90", "p99"}) {
+        INFO(metric << "." << part << "." << stat);
+        REQUIRE(r.at(metric).at(part).at(stat).is_number());
+        CHECK(std::isfinite(r.at(metric).at(part).at(stat).get<double>()));
+      }
+    }
+    const double m = r.at(metric).at("measured").at("p50").get<double>();
+    const double p = r.at(metric).at("predicted").at("p50").get<double>();
+    CHECK(r.at(metric).at("rel_error").at("p50").get<double>() == Approx(p / m - 1).margin(1e-12));
+  }
+  CHECK(r.contains("profile"));
+  CHECK(r.contains("config"));
+  CHECK(r.at("measured").contains("requests_per_s"));
+  CHECK(r.at("measured").contains("duration_s"));
+  CHECK(r.at("measured").contains("completed"));
+}
+
+}  // namespace
+
+TEST_CASE("validate: a tiny model end to end with a quick calibration") {
+  EngineSetup setup;
+  setup.model = tiny_spec();
+  setup.threads = 1;
+  setup.kv_cache_bytes = 4.0 * (1 << 20);
+  setup.scheduler.block_size = 16;
+  setup.workload.arrival = ArrivalProcess::Poisson;
+  setup.workload.rate = 400;
+  setup.workload.num_requests = 8;
+  setup.workload.prompt_len = "uniform:8:64";
+  setup.workload.output_len = "uniform:4:16";
+  setup.workload.seed = 3;
+  setup.decoding.prompt_seed = 3;
+  setup.decoding.sampling.seed = 3;
+  const Workload workload = make_workload(setup.workload);
+
+  CalibrationOptions calibration = quick_calibration_options(setup, workload);
+  CHECK(calibration.quick);
+  CHECK(calibration.model.hidden_size == 64);
+  CHECK(calibration.threads == 1);
+  CHECK(calibration.block_size == 16);
+  CHECK(calibration.max_batched_tokens == 2048);  // the chunked scheduler's budget
+  CHECK(calibration.max_context <= 80);           // the longest request: 64 + 16 tokens
+  // Small ceilings keep the test quick; the tables are what validation uses.
+  calibration.stream_array_bytes = 16 << 20;
+  calibration.gemm_ceiling_size = 256;
+  const DeviceProfile profile = calibrate(calibration);
+  const ValidationResult v = run_validation(setup, workload, profile, "quick calibration");
+
+  REQUIRE(v.measured.summary.completed == 8);
+  REQUIRE(v.iterations.size() == size_t(v.measured.summary.iterations));
+  REQUIRE(v.predicted_iteration_s.size() == v.iterations.size());
+  for (size_t k = 0; k < v.iterations.size(); ++k) {
+    CHECK(v.iterations[k].measured_s > 0);
+    CHECK(v.predicted_iteration_s[k] > 0);
+    CHECK(std::isfinite(v.predicted_iteration_s[k]));
+  }
+  CHECK(v.iteration.all.count == int64_t(v.iterations.size()));
+  CHECK(v.iteration.decode.count + v.iteration.prefill.count + v.iteration.mixed.count == v.iteration.all.count);
+  CHECK(std::isfinite(v.iteration.all.mape));
+  CHECK(v.replay_summary.completed == 8);
+  CHECK(v.predict_summary.completed == 8);
+  // Replay keeps the real run's iterations; the tokens each request got match.
+  CHECK(v.replay.iterations.size() == v.iterations.size());
+  for (size_t i = 0; i < 8; ++i) {
+    CHECK(v.replay.requests[i].tokens_emitted == v.measured.records.requests[i].tokens_emitted);
+    CHECK(v.predict.requests[i].tokens_emitted == v.measured.records.requests[i].tokens_emitted);
+  }
+
+  require_report_keys(validation_report_json(v, ValidationMode::Replay), "replay");
+  require_report_keys(validation_report_json(v, ValidationMode::Predict), "predict");
+
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("servesim_test_validate_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  write_validation_outputs(dir.string(), v, ValidationMode::Replay);
+  for (const char* f : {"report.json", "report_replay.json", "report_predict.json", "iterations.csv", "requests.csv",
+                        "measured/summary.json", "measured/requests.csv", "measured/iterations.csv",
+                        "predicted/summary.json", "predicted/requests.csv", "predicted/iterations.csv",
+                        "replayed/summary.json"}) {
+    INFO(f);
+    CHECK(fs::is_regular_file(dir / f));
+  }
+  const std::string table = format_validation_table(v, ValidationMode::Predict, "title");
+  CHECK(table.find("TTFT") != std::string::npos);
+  CHECK(table.find("replay mode") != std::string::npos);
+  fs::remove_all(dir);
+
+  // A profile of another model shape is refused before anything is served.
+  EngineSetup other = setup;
+  other.model.intermediate_size = 96;
+  CHECK_THROWS_AS(run_validation(other, workload, profile, "p.json"), InputError);
+}
