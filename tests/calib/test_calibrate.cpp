@@ -19,6 +19,7 @@
 #include "calib/profile_model.h"
 #include "sim/errors.h"
 #include "sim/model_spec.h"
+#include "sim/test_support.h"
 
 using namespace servesim;
 
@@ -27,21 +28,7 @@ namespace {
 // Small enough that a quick calibration takes a few seconds: GQA (H = 4,
 // Hkv = 2) and an untied head, as in the larger models.
 ModelSpec tiny_spec() {
-  ModelSpec m;
-  m.name = "test-calib-tiny";
-  m.architecture = "llama";
-  m.hidden_size = 64;
-  m.intermediate_size = 160;
-  m.num_hidden_layers = 2;
-  m.num_attention_heads = 4;
-  m.num_key_value_heads = 2;
-  m.head_dim = 16;
-  m.vocab_size = 500;
-  m.tie_word_embeddings = false;
-  m.attention_bias = false;
-  m.max_position_embeddings = 512;
-  m.torch_dtype = "float32";
-  return m;
+  return test::small_model("test-calib-tiny", 64, 160, 2, 4, 2, 16, 500, 512, "float32");
 }
 
 // One folder per process: ctest runs each test case as its own process, side

@@ -21,6 +21,7 @@
 #include "sim/iteration_plan.h"
 #include "sim/model_spec.h"
 #include "sim/simulation.h"
+#include "sim/test_support.h"
 #include "sim/workload.h"
 
 using namespace servesim;
@@ -29,18 +30,7 @@ namespace {
 
 // d 64, I 128, L 2, H 4, Hkv 2, dh 16, V 1000.
 ModelSpec tiny_model() {
-  ModelSpec m;
-  m.name = "tiny";
-  m.architecture = "llama";
-  m.hidden_size = 64;
-  m.intermediate_size = 128;
-  m.num_hidden_layers = 2;
-  m.num_attention_heads = 4;
-  m.num_key_value_heads = 2;
-  m.head_dim = 16;
-  m.vocab_size = 1000;
-  m.max_position_embeddings = 8192;
-  m.torch_dtype = "float32";
+  ModelSpec m = test::small_model("tiny", 64, 128, 2, 4, 2, 16, 1000, 8192, "float32");
   m.validate("tiny");
   return m;
 }

@@ -16,6 +16,7 @@
 #include "sim/errors.h"
 #include "sim/runner.h"
 #include "sim/scheduler.h"
+#include "sim/test_support.h"
 #include "sim/workload.h"
 
 using namespace servesim;
@@ -332,22 +333,7 @@ TEST_CASE("validate: rel_error is predicted over measured minus one") {
 namespace {
 
 ModelSpec tiny_spec() {
-  ModelSpec m;
-  m.name = "test-validate";
-  m.architecture = "llama";
-  m.hidden_size = 64;
-  m.intermediate_size = 128;
-  m.num_hidden_layers = 2;
-  m.num_attention_heads = 4;
-  m.num_key_value_heads = 2;
-  m.head_dim = 16;
-  m.vocab_size = 256;
-  m.tie_word_embeddings = false;
-  m.attention_bias = false;
-  m.max_position_embeddings = 256;
-  m.torch_dtype = "float32";
-  m.eos_token_id = 2;
-  return m;
+  return test::small_model("test-validate", 64, 128, 2, 4, 2, 16, 256, 256, "float32");
 }
 
 void require_report_keys(const nlohmann::json& r, const char* mode) {

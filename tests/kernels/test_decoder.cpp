@@ -23,6 +23,7 @@
 #include "kernels/decoder/decoder_model.h"
 #include "kernels/decoder/host_weights.h"
 #include "sim/model_spec.h"
+#include "sim/test_support.h"
 
 using namespace servesim;
 
@@ -31,24 +32,9 @@ namespace {
 // A small Llama-family shape: GQA (H = 4, Hkv = 2) and a head_dim that is
 // not hidden_size / H (H * dh = 64 != d = 40), so no path can assume either.
 ModelSpec small_spec(bool attention_bias, bool tied) {
-  ModelSpec m;
-  m.name = attention_bias ? "test-small-bias" : "test-small";
-  m.architecture = attention_bias ? "qwen2" : "llama";
-  m.hidden_size = 40;
-  m.intermediate_size = 88;
-  m.num_hidden_layers = 2;
-  m.num_attention_heads = 4;
-  m.num_key_value_heads = 2;
-  m.head_dim = 16;
-  m.vocab_size = 97;
-  m.tie_word_embeddings = tied;
-  m.attention_bias = attention_bias;
-  m.max_position_embeddings = 1024;
-  m.torch_dtype = "float32";
-  m.rope_theta = 10000.0;
-  m.rms_norm_eps = 1e-5;
-  m.eos_token_id = 2;
-  return m;
+  return test::small_model(attention_bias ? "test-small-bias" : "test-small", 40, 88, 2, 4, 2, 16,
+                           97, 1024, "float32", tied, attention_bias,
+                           attention_bias ? "qwen2" : "llama");
 }
 
 constexpr uint64_t kWeightsSeed = 11;
@@ -418,20 +404,10 @@ std::vector<double> reference_logits(const HostWeights& w, const std::vector<int
 // of 3 query heads per KV head (so a wrong query-to-KV-head map shows) and
 // H * dh = 24 != d = 12.
 ModelSpec tiny_spec(bool bias_untied) {
-  ModelSpec m;
-  m.name = bias_untied ? "tiny-bias-untied" : "tiny-tied-gqa3";
-  m.architecture = bias_untied ? "qwen2" : "llama";
-  m.hidden_size = bias_untied ? 8 : 12;
-  m.intermediate_size = 12;
-  m.num_hidden_layers = bias_untied ? 1 : 2;
-  m.num_attention_heads = bias_untied ? 2 : 6;
-  m.num_key_value_heads = bias_untied ? 1 : 2;
-  m.head_dim = 4;
-  m.vocab_size = 11;
-  m.tie_word_embeddings = !bias_untied;
-  m.attention_bias = bias_untied;
-  m.max_position_embeddings = 64;
-  m.torch_dtype = "float32";
+  ModelSpec m = test::small_model(bias_untied ? "tiny-bias-untied" : "tiny-tied-gqa3",
+                                  bias_untied ? 8 : 12, 12, bias_untied ? 1 : 2,
+                                  bias_untied ? 2 : 6, bias_untied ? 1 : 2, 4, 11, 64, "float32",
+                                  !bias_untied, bias_untied, bias_untied ? "qwen2" : "llama");
   m.rope_theta = bias_untied ? 100.0 : 500000.0;  // not the default: theta must be honoured
   m.rms_norm_eps = bias_untied ? 1e-6 : 1e-5;
   m.eos_token_id = 2;

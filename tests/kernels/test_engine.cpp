@@ -20,6 +20,7 @@
 #include "sim/errors.h"
 #include "sim/runner.h"
 #include "sim/scheduler.h"
+#include "sim/test_support.h"
 #include "sim/workload.h"
 
 using namespace servesim;
@@ -31,22 +32,7 @@ constexpr uint64_t kWeightsSeed = 3;
 constexpr uint64_t kPromptSeed = 5;
 
 ModelSpec engine_spec() {
-  ModelSpec m;
-  m.name = "test-engine";
-  m.architecture = "llama";
-  m.hidden_size = 32;
-  m.intermediate_size = 64;
-  m.num_hidden_layers = 2;
-  m.num_attention_heads = 4;
-  m.num_key_value_heads = 2;
-  m.head_dim = 8;
-  m.vocab_size = 61;
-  m.tie_word_embeddings = false;
-  m.attention_bias = false;
-  m.max_position_embeddings = 512;
-  m.torch_dtype = "float32";
-  m.eos_token_id = 2;
-  return m;
+  return test::small_model("test-engine", 32, 64, 2, 4, 2, 8, 61, 512, "float32");
 }
 
 // Seven requests, all at t = 0 (so the batches formed do not depend on how

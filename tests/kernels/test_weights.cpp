@@ -22,6 +22,7 @@
 #include "kernels/decoder/safetensors.h"
 #include "sim/errors.h"
 #include "sim/model_spec.h"
+#include "sim/test_support.h"
 
 using namespace servesim;
 using Catch::Matchers::Contains;
@@ -44,20 +45,8 @@ struct TempDir {
 };
 
 ModelSpec test_spec(bool attention_bias = true, bool tied = false) {
-  ModelSpec m;
-  m.name = "test-weights";
-  m.architecture = attention_bias ? "qwen2" : "llama";
-  m.hidden_size = 48;
-  m.intermediate_size = 96;
-  m.num_hidden_layers = 2;
-  m.num_attention_heads = 4;
-  m.num_key_value_heads = 2;
-  m.head_dim = 16;
-  m.vocab_size = 131;
-  m.tie_word_embeddings = tied;
-  m.attention_bias = attention_bias;
-  m.max_position_embeddings = 512;
-  m.torch_dtype = "float32";
+  ModelSpec m = test::small_model("test-weights", 48, 96, 2, 4, 2, 16, 131, 512, "float32", tied,
+                                  attention_bias, attention_bias ? "qwen2" : "llama");
   m.rope_theta = 50000.0;
   m.rms_norm_eps = 1e-6;
   m.eos_token_id = 7;

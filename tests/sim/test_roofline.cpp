@@ -11,6 +11,7 @@
 #include "sim/kv_capacity.h"
 #include "sim/model_spec.h"
 #include "sim/roofline_model.h"
+#include "test_support.h"
 
 using servesim::HardwareSpec;
 using servesim::InputError;
@@ -35,18 +36,8 @@ namespace {
 //   down  128 x 64                       =  8,192
 //   total                                  36,864; two layers 73,728 (147,456 B)
 ModelSpec tiny_model() {
-  ModelSpec m;
-  m.name = "tiny";
-  m.architecture = "llama";
-  m.hidden_size = 64;
-  m.intermediate_size = 128;
-  m.num_hidden_layers = 2;
-  m.num_attention_heads = 4;
-  m.num_key_value_heads = 2;
-  m.head_dim = 16;
-  m.vocab_size = 1000;
-  m.max_position_embeddings = 1 << 20;
-  m.torch_dtype = "bfloat16";
+  ModelSpec m =
+      servesim::test::small_model("tiny", 64, 128, 2, 4, 2, 16, 1000, 1 << 20, "bfloat16");
   m.validate("tiny");
   return m;
 }

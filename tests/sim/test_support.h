@@ -12,6 +12,7 @@
 #include <map>
 #include <string>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include "sim/clock.h"
@@ -135,6 +136,30 @@ class FixedCostExecutor final : public Executor {
  private:
   double overhead_s_, per_token_s_;
 };
+
+// A hand-made model shape: d, I, L, H, Hkv, dh, V, the longest context and
+// the dtype given; rope_theta, rms_norm_eps and eos_token_id at their
+// defaults (set them afterwards where a test needs others). Not validated.
+inline ModelSpec small_model(std::string name, int64_t d, int64_t I, int64_t L, int64_t H,
+                             int64_t Hkv, int64_t dh, int64_t V, int64_t max_pos,
+                             std::string dtype, bool tied = false, bool bias = false,
+                             std::string arch = "llama") {
+  ModelSpec m;
+  m.name = std::move(name);
+  m.architecture = std::move(arch);
+  m.hidden_size = d;
+  m.intermediate_size = I;
+  m.num_hidden_layers = L;
+  m.num_attention_heads = H;
+  m.num_key_value_heads = Hkv;
+  m.head_dim = dh;
+  m.vocab_size = V;
+  m.tie_word_embeddings = tied;
+  m.attention_bias = bias;
+  m.max_position_embeddings = max_pos;
+  m.torch_dtype = std::move(dtype);
+  return m;
+}
 
 // A scheduler configuration with every field given.
 inline SchedulerConfig scheduler_config(SchedulerPolicy policy, int32_t max_num_seqs,
