@@ -333,6 +333,25 @@ std::vector<LayoutCopy> make_layouts(int copies, int64_t sequences, int64_t cach
   return out;
 }
 
+// One attention benchmark cell (one layer): `sequences` sequences of `query`
+// new tokens after `cached` ones, their q/k/v filled with noise from `seed`,
+// rotating through `copies` layouts so K and V are read cold.
+std::function<Step()> attention_cell(KernelRig& k, int copies, int64_t sequences, int64_t cached,
+                                     int64_t query, int64_t qkv_out, int32_t block_size, uint64_t seed) {
+  return [&k, copies, sequences, cached, query, qkv_out, block_size, seed]() -> Step {
+    struct Cell {
+      cpu::Scratch s;
+      std::vector<LayoutCopy> layouts;
+    };
+    auto cell = std::make_shared<Cell>();
+    cell->layouts = make_layouts(copies, sequences, cached, query, block_size);
+    cell->s.qkv = noise(sequences * query, qkv_out, seed);
+    return [&k, cell](int64_t i) {
+      k.be.attention(0, cell->layouts[size_t(i % int64_t(cell->layouts.size()))].layout, k.kv, cell->s);
+    };
+  };
+}
+
 // Blocks make_layouts uses.
 int64_t layout_blocks(int copies, int64_t sequences, int64_t cached, int64_t query, int32_t block_size) {
   return int64_t(copies) * sequences * ceil_div(cached + query, block_size);
@@ -648,18 +667,7 @@ DeviceProfile calibrate(const CalibrationOptions& options, std::function<void(co
   for (int64_t q : grids.prefill_query)
     for (int64_t c : grids.prefill_cached) {
       const int copies = prefill_copies(q, c);
-      auto make = [&k, q, c, copies, qkv_out, bs]() -> Step {
-        struct Cell {
-          cpu::Scratch s;
-          std::vector<LayoutCopy> layouts;
-        };
-        auto cell = std::make_shared<Cell>();
-        cell->layouts = make_layouts(copies, 1, c, q, bs);
-        cell->s.qkv = noise(q, qkv_out, 31);
-        return [&k, cell](int64_t i) {
-          k.be.attention(0, cell->layouts[size_t(i % int64_t(cell->layouts.size()))].layout, k.kv, cell->s);
-        };
-      };
+      auto make = attention_cell(k, copies, 1, c, q, qkv_out, bs, 31);
       const double pairs = double(q) * double(c) + double(q) * double(q + 1) / 2;
       add_benchmark(session, fmt::format("prefill_attention/q:{}/c:{}", q, c), make, 4.0 * double(H * dh) * pairs,
                     double(c + q) * per_token_kv);
@@ -680,18 +688,7 @@ DeviceProfile calibrate(const CalibrationOptions& options, std::function<void(co
   for (int64_t b : grids.decode_batch)
     for (int64_t ctx : grids.decode_context) {
       const int copies = decode_copies(b, ctx);
-      auto make = [&k, b, ctx, copies, qkv_out, bs]() -> Step {
-        struct Cell {
-          cpu::Scratch s;
-          std::vector<LayoutCopy> layouts;
-        };
-        auto cell = std::make_shared<Cell>();
-        cell->layouts = make_layouts(copies, b, ctx - 1, 1, bs);
-        cell->s.qkv = noise(b, qkv_out, 41);
-        return [&k, cell](int64_t i) {
-          k.be.attention(0, cell->layouts[size_t(i % int64_t(cell->layouts.size()))].layout, k.kv, cell->s);
-        };
-      };
+      auto make = attention_cell(k, copies, b, ctx - 1, 1, qkv_out, bs, 41);
       add_benchmark(session, fmt::format("decode_attention/b:{}/L:{}", b, ctx), make,
                     4.0 * double(H * dh) * double(b * ctx), double(b * ctx) * per_token_kv);
     }

@@ -25,6 +25,7 @@
 #include "sim/workload.h"
 
 using namespace servesim;
+using servesim::test::input_error_of;
 
 namespace {
 
@@ -102,18 +103,6 @@ DeviceProfile synthetic_profile(const ModelSpec& m, double noise = 0) {
   p.stream_copy_bytes_per_s = kCopy;
   p.stream_triad_bytes_per_s = kTriad;
   return p;
-}
-
-std::string input_error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    FAIL("expected InputError, got: " << e.what());
-  }
-  FAIL("expected InputError, nothing was thrown");
-  return {};
 }
 
 ScheduledSequence seq(int64_t id, int32_t q, int32_t c, bool prefill, bool samples) {

@@ -12,6 +12,8 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+
+#include "sim/test_support.h"
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -19,6 +21,7 @@
 #include "sim/errors.h"
 
 using namespace servesim;
+using servesim::test::input_error_of;
 using Catch::Matchers::Contains;
 namespace fs = std::filesystem;
 
@@ -68,18 +71,6 @@ std::vector<uint8_t> f32_bytes(const std::vector<float>& v) {
     for (int i = 0; i < 4; ++i) out.push_back(static_cast<uint8_t>((u >> (8 * i)) & 0xFF));
   }
   return out;
-}
-
-// The InputError message `f` throws; fails the test if it throws nothing.
-// Any other exception type escapes and fails the test too.
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  FAIL("expected an InputError, but nothing was thrown");
-  return {};
 }
 
 uint32_t bits(float f) { return std::bit_cast<uint32_t>(f); }
@@ -332,7 +323,7 @@ TEST_CASE("safetensors model: a single file", "[safetensors]") {
   CHECK(model.has("w"));
   CHECK_FALSE(model.has("v"));
   CHECK(model.read_f32("w", {2, 4}) == kExactValues);
-  const std::string msg = error_of([&] { model.read_f32("v", {1}); });
+  const std::string msg = input_error_of([&] { model.read_f32("v", {1}); });
   CHECK_THAT(msg, Contains(dir.file("model.safetensors")) && Contains("missing tensor 'v'"));
 }
 
@@ -364,10 +355,10 @@ TEST_CASE("safetensors model: two shards named by an index", "[safetensors]") {
     CHECK(model.read_f32("model.b", {2}) == b);
     CHECK(model.read_f32("model.c", {3}) == c);
 
-    const std::string missing = error_of([&] { model.read_f32("model.d", {3}); });
+    const std::string missing = input_error_of([&] { model.read_f32("model.d", {3}); });
     CHECK_THAT(missing, Contains(index_path) && Contains("missing tensor 'model.d'"));
 
-    const std::string shape = error_of([&] { model.read_f32("model.c", {4}); });
+    const std::string shape = input_error_of([&] { model.read_f32("model.c", {4}); });
     CHECK_THAT(shape, Contains("model-00002-of-00002.safetensors") && Contains("'model.c'") &&
                           Contains("[3]") && Contains("[4]"));
   }
@@ -375,14 +366,14 @@ TEST_CASE("safetensors model: two shards named by an index", "[safetensors]") {
   SECTION("a shard named by the index is missing") {
     write_text(index_path, R"({"weight_map": {"model.a": "model-00001-of-00002.safetensors",
         "model.z": "model-00003-of-00003.safetensors"}})");
-    const std::string msg = error_of([&] { SafetensorsModel m(dir.path.string()); });
+    const std::string msg = input_error_of([&] { SafetensorsModel m(dir.path.string()); });
     CHECK_THAT(msg, Contains(index_path) && Contains("model-00003-of-00003.safetensors") &&
                         Contains("model.z"));
   }
   SECTION("a tensor named by the index is not in its shard") {
     write_text(index_path, R"({"weight_map": {"model.a": "model-00001-of-00002.safetensors",
         "model.c": "model-00001-of-00002.safetensors"}})");
-    const std::string msg = error_of([&] { SafetensorsModel m(dir.path.string()); });
+    const std::string msg = input_error_of([&] { SafetensorsModel m(dir.path.string()); });
     CHECK_THAT(msg, Contains(index_path) && Contains("model.c") &&
                         Contains("model-00001-of-00002.safetensors"));
   }
@@ -393,24 +384,24 @@ TEST_CASE("safetensors model: two shards named by an index", "[safetensors]") {
           R"({"weight_map": {"model.a": ""}})"}) {
       INFO(bad);
       write_text(index_path, bad);
-      CHECK_THAT(error_of([&] { SafetensorsModel m(dir.path.string()); }), Contains(index_path));
+      CHECK_THAT(input_error_of([&] { SafetensorsModel m(dir.path.string()); }), Contains(index_path));
     }
   }
   SECTION("a shard that is itself broken is named") {
     const std::string shard = dir.file("model-00002-of-00002.safetensors");
     write_text(shard, "abc");
-    CHECK_THAT(error_of([&] { SafetensorsModel m(dir.path.string()); }), Contains(shard));
+    CHECK_THAT(input_error_of([&] { SafetensorsModel m(dir.path.string()); }), Contains(shard));
   }
 }
 
 TEST_CASE("safetensors model: a folder without weights", "[safetensors]") {
   TempDir dir("noweights");
   write_text(dir.file("config.json"), "{}");
-  const std::string msg = error_of([&] { SafetensorsModel m(dir.path.string()); });
+  const std::string msg = input_error_of([&] { SafetensorsModel m(dir.path.string()); });
   CHECK_THAT(msg, Contains(dir.path.string()) &&
                       Contains("no model.safetensors or model.safetensors.index.json"));
   const std::string absent = dir.file("does_not_exist");
-  CHECK_THAT(error_of([&] { SafetensorsModel m(absent); }), Contains(absent));
+  CHECK_THAT(input_error_of([&] { SafetensorsModel m(absent); }), Contains(absent));
 }
 
 // ---------------------------------------------------------------------------
@@ -424,39 +415,39 @@ TEST_CASE("safetensors reader rejects malformed files with a clear message", "[s
 
   SECTION("missing file") {
     const std::string missing = dir.file("absent.safetensors");
-    CHECK_THAT(error_of([&] { SafetensorsFile f(missing); }),
+    CHECK_THAT(input_error_of([&] { SafetensorsFile f(missing); }),
                Contains(missing) && Contains("does not exist"));
   }
   SECTION("a directory") {
-    CHECK_THAT(error_of([&] { SafetensorsFile f(dir.path.string()); }),
+    CHECK_THAT(input_error_of([&] { SafetensorsFile f(dir.path.string()); }),
                Contains(dir.path.string()));
   }
   SECTION("file shorter than 8 bytes") {
     write_text(path, std::string("\x05\x00\x00", 3));
-    CHECK_THAT(error_of(open), Contains(path) && Contains("3 bytes"));
+    CHECK_THAT(input_error_of(open), Contains(path) && Contains("3 bytes"));
     write_text(path, "");
-    CHECK_THAT(error_of(open), Contains(path) && Contains("0 bytes"));
+    CHECK_THAT(input_error_of(open), Contains(path) && Contains("0 bytes"));
   }
   SECTION("header length past the end") {
     write_raw(path, 1000, "{}", {});
-    CHECK_THAT(error_of(open), Contains(path) && Contains("header of 1000 bytes runs past the end "
+    CHECK_THAT(input_error_of(open), Contains(path) && Contains("header of 1000 bytes runs past the end "
                                                           "of the file (10 bytes)"));
     write_raw(path, 3, "{}", {});  // one byte past the end: the header-length field counts too
-    CHECK_THAT(error_of(open), Contains(path) && Contains("header of 3 bytes runs past the end "
+    CHECK_THAT(input_error_of(open), Contains(path) && Contains("header of 3 bytes runs past the end "
                                                           "of the file (10 bytes)"));
     write_raw(path, std::numeric_limits<uint64_t>::max(), "{}", {});  // no overflow either
-    CHECK_THAT(error_of(open), Contains(path) && Contains("runs past the end"));
+    CHECK_THAT(input_error_of(open), Contains(path) && Contains("runs past the end"));
   }
   SECTION("invalid JSON header") {
     write_raw(path, R"({"a": {"dtype": "F32", )", {});
-    CHECK_THAT(error_of(open), Contains(path) && Contains("not valid JSON"));
+    CHECK_THAT(input_error_of(open), Contains(path) && Contains("not valid JSON"));
     write_raw(path, std::string("{\"a\xff\": 1}"), {});  // invalid UTF-8
-    CHECK_THAT(error_of(open), Contains(path) && Contains("not valid JSON"));
+    CHECK_THAT(input_error_of(open), Contains(path) && Contains("not valid JSON"));
   }
   SECTION("unsupported dtype") {
     write_raw(path, fmt::format(R"({{"{}": {{"dtype": "I64", "shape": [2], "data_offsets": [0, 16]}}}})", tensor),
               std::vector<uint8_t>(16, 1));
-    CHECK_THAT(error_of(open), Contains(path) && Contains(tensor) && Contains("I64") &&
+    CHECK_THAT(input_error_of(open), Contains(path) && Contains(tensor) && Contains("I64") &&
                                    Contains("F32, F16, BF16"));
   }
   SECTION("data_offsets past the end: a truncated file") {
@@ -464,7 +455,7 @@ TEST_CASE("safetensors reader rejects malformed files with a clear message", "[s
                       SafetensorsDtype::F32);
     const auto size = fs::file_size(path);
     fs::resize_file(path, size - 4);
-    CHECK_THAT(error_of(open), Contains(path) && Contains(tensor) &&
+    CHECK_THAT(input_error_of(open), Contains(path) && Contains(tensor) &&
                                    Contains("data_offsets [16, 48] point past the end of the "
                                             "data (44 bytes)") &&
                                    Contains("truncated"));
@@ -472,23 +463,23 @@ TEST_CASE("safetensors reader rejects malformed files with a clear message", "[s
   SECTION("byte length disagreeing with the shape") {
     write_raw(path, fmt::format(R"({{"{}": {{"dtype": "F32", "shape": [3], "data_offsets": [0, 16]}}}})", tensor),
               f32_bytes({1, 2, 3, 4}));
-    CHECK_THAT(error_of(open), Contains(path) && Contains(tensor) && Contains("[3]") &&
+    CHECK_THAT(input_error_of(open), Contains(path) && Contains(tensor) && Contains("[3]") &&
                                    Contains("12 bytes") && Contains("16 bytes"));
     // The same bytes are right for 8 halves, not for 4.
     write_raw(path, fmt::format(R"({{"{}": {{"dtype": "BF16", "shape": [4], "data_offsets": [0, 16]}}}})", tensor),
               f32_bytes({1, 2, 3, 4}));
-    CHECK_THAT(error_of(open), Contains(path) && Contains(tensor) && Contains("BF16"));
+    CHECK_THAT(input_error_of(open), Contains(path) && Contains(tensor) && Contains("BF16"));
   }
   SECTION("a shape whose element count overflows") {
     write_raw(path, R"({"huge": {"dtype": "F32", "shape": [4294967296, 4294967296, 4], "data_offsets": [0, 0]}})",
               {});
-    CHECK_THAT(error_of(open), Contains(path) && Contains("huge"));
+    CHECK_THAT(input_error_of(open), Contains(path) && Contains("huge"));
   }
   SECTION("overlapping tensors") {
     write_raw(path, R"({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},)"
                     R"( "b": {"dtype": "F32", "shape": [4], "data_offsets": [8, 24]}})",
               f32_bytes({1, 2, 3, 4, 5, 6}));
-    CHECK_THAT(error_of(open), Contains(path) && Contains("'a'") && Contains("'b'") &&
+    CHECK_THAT(input_error_of(open), Contains(path) && Contains("'a'") && Contains("'b'") &&
                                    Contains("overlaps"));
     // Empty tensors hold no bytes and may sit anywhere.
     write_raw(path, R"({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},)"
@@ -499,19 +490,19 @@ TEST_CASE("safetensors reader rejects malformed files with a clear message", "[s
   SECTION("missing tensor") {
     write_safetensors(path, {{"present", {2}, {1, 2}}}, SafetensorsDtype::F32);
     SafetensorsFile f(path);
-    CHECK_THAT(error_of([&] { f.read_f32(tensor, {2}); }),
+    CHECK_THAT(input_error_of([&] { f.read_f32(tensor, {2}); }),
                Contains(path) && Contains(fmt::format("missing tensor '{}'", tensor)));
-    CHECK_THAT(error_of([&] { f.info(tensor); }), Contains(path) && Contains(tensor));
+    CHECK_THAT(input_error_of([&] { f.info(tensor); }), Contains(path) && Contains(tensor));
   }
   SECTION("shape mismatch with the expected shape") {
     write_safetensors(path, {{tensor, {2, 4}, kExactValues}}, SafetensorsDtype::BF16);
     SafetensorsFile f(path);
-    CHECK_THAT(error_of([&] { f.read_f32(tensor, {4, 2}); }),
+    CHECK_THAT(input_error_of([&] { f.read_f32(tensor, {4, 2}); }),
                Contains(fmt::format("{}: tensor '{}' has shape [2, 4] but config.json implies "
                                     "[4, 2]",
                                     path, tensor)));
-    CHECK_THAT(error_of([&] { f.read_f32(tensor, {8}); }), Contains(path) && Contains(tensor));
-    CHECK_THAT(error_of([&] { f.read_f32(tensor, {2, 4, 1}); }), Contains(tensor));
+    CHECK_THAT(input_error_of([&] { f.read_f32(tensor, {8}); }), Contains(path) && Contains(tensor));
+    CHECK_THAT(input_error_of([&] { f.read_f32(tensor, {2, 4, 1}); }), Contains(tensor));
   }
 }
 
@@ -553,19 +544,19 @@ TEST_CASE("safetensors reader survives fuzzed headers", "[safetensors]") {
   for (const auto& h : headers) {
     INFO(h);
     write_raw(path, h, data);
-    CHECK_THAT(error_of([&] { SafetensorsFile f(path); }), Contains(path));
+    CHECK_THAT(input_error_of([&] { SafetensorsFile f(path); }), Contains(path));
   }
   // Offsets the wrong way round are named as such.
   write_raw(path, R"({"t": {"dtype": "F32", "shape": [4], "data_offsets": [16, 0]}})", data);
-  CHECK_THAT(error_of([&] { SafetensorsFile f(path); }),
+  CHECK_THAT(input_error_of([&] { SafetensorsFile f(path); }),
              Contains("tensor 't'") && Contains("[16, 0]") && Contains("begin <= end"));
   // Every entry that names a tensor is reported with it.
   write_raw(path, R"({"t": {"dtype": "F32", "shape": [4]}})", data);
-  CHECK_THAT(error_of([&] { SafetensorsFile f(path); }),
+  CHECK_THAT(input_error_of([&] { SafetensorsFile f(path); }),
              Contains("tensor 't'") && Contains("data_offsets"));
   // Deep nesting neither crashes the parser nor the error message.
   write_raw(path, "{\"t\": " + std::string(100000, '[') + std::string(100000, ']') + "}", data);
-  CHECK_THAT(error_of([&] { SafetensorsFile f(path); }), Contains(path) && Contains("tensor 't'"));
+  CHECK_THAT(input_error_of([&] { SafetensorsFile f(path); }), Contains(path) && Contains("tensor 't'"));
   // The control: the same data with a good header reads.
   write_raw(path, R"({"t": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}})", data);
   CHECK(SafetensorsFile(path).read_f32("t", {4}) == std::vector<float>{1, 2, 3, 4});
@@ -574,11 +565,11 @@ TEST_CASE("safetensors reader survives fuzzed headers", "[safetensors]") {
 TEST_CASE("write_safetensors rejects inconsistent tensors", "[safetensors]") {
   TempDir dir("writebad");
   const std::string path = dir.file("out.safetensors");
-  CHECK_THAT(error_of([&] { write_safetensors(path, {{"w", {2, 3}, {1, 2, 3}}}, SafetensorsDtype::F32); }),
+  CHECK_THAT(input_error_of([&] { write_safetensors(path, {{"w", {2, 3}, {1, 2, 3}}}, SafetensorsDtype::F32); }),
              Contains(path) && Contains("'w'") && Contains("6 elements"));
-  CHECK_THAT(error_of([&] { write_safetensors(path, {{"w", {-1}, {}}}, SafetensorsDtype::F32); }),
+  CHECK_THAT(input_error_of([&] { write_safetensors(path, {{"w", {-1}, {}}}, SafetensorsDtype::F32); }),
              Contains("'w'"));
-  CHECK_THAT(error_of([&] {
+  CHECK_THAT(input_error_of([&] {
                write_safetensors(path, {{"w", {1}, {1}}, {"w", {1}, {2}}}, SafetensorsDtype::F16);
              }),
              Contains("'w'"));

@@ -25,6 +25,7 @@
 #include "sim/test_support.h"
 
 using namespace servesim;
+using servesim::test::input_error_of;
 using Catch::Matchers::Contains;
 namespace fs = std::filesystem;
 
@@ -89,16 +90,6 @@ std::vector<float> logits_of(HostWeights&& w) {
   const auto& decode = model->forward(layout);
   out.insert(out.end(), decode.begin(), decode.end());
   return out;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  FAIL("expected an InputError, but nothing was thrown");
-  return {};
 }
 
 }  // namespace
@@ -278,7 +269,7 @@ TEST_CASE("loading weights names the file and the tensor that is wrong", "[weigh
       if (name != dropped) kept.push_back({name, full.info(name).shape, full.read_f32(name, full.info(name).shape)});
     REQUIRE(kept.size() + 1 == full.names().size());
     write_safetensors((dir.path / file_name).string(), kept, SafetensorsDtype::F32);
-    const std::string msg = error_of([&] { load_safetensors_weights(spec, dir.str()); });
+    const std::string msg = input_error_of([&] { load_safetensors_weights(spec, dir.str()); });
     REQUIRE_THAT(msg, Contains(file_name));
     REQUIRE_THAT(msg, Contains(dropped));
     REQUIRE_THAT(msg, Contains("missing"));
@@ -289,7 +280,7 @@ TEST_CASE("loading weights names the file and the tensor that is wrong", "[weigh
     ModelSpec other = spec;
     other.intermediate_size = 80;
     save_safetensors_weights(random_weights(other, 4), dir.str(), "F32");
-    const std::string msg = error_of([&] { load_safetensors_weights(spec, dir.str()); });
+    const std::string msg = input_error_of([&] { load_safetensors_weights(spec, dir.str()); });
     REQUIRE_THAT(msg, Contains(file_name));
     REQUIRE_THAT(msg, Contains(layer_tensor_name(0, "mlp.gate_proj.weight")));
     REQUIRE_THAT(msg, Contains("[80, 48]"));  // the shape in the file
@@ -301,7 +292,7 @@ TEST_CASE("loading weights names the file and the tensor that is wrong", "[weigh
     ModelSpec tied = spec;
     tied.tie_word_embeddings = true;
     save_safetensors_weights(random_weights(tied, 4), dir.str(), "F32");
-    const std::string msg = error_of([&] { load_safetensors_weights(spec, dir.str()); });
+    const std::string msg = input_error_of([&] { load_safetensors_weights(spec, dir.str()); });
     REQUIRE_THAT(msg, Contains(file_name));
     REQUIRE_THAT(msg, Contains("lm_head.weight"));
     // The other way round is fine: a tied config ignores nothing it needs.
@@ -315,14 +306,14 @@ TEST_CASE("loading weights names the file and the tensor that is wrong", "[weigh
     no_bias.attention_bias = false;
     no_bias.architecture = "llama";
     save_safetensors_weights(random_weights(no_bias, 4), dir.str(), "F32");
-    const std::string msg = error_of([&] { load_safetensors_weights(spec, dir.str()); });
+    const std::string msg = input_error_of([&] { load_safetensors_weights(spec, dir.str()); });
     REQUIRE_THAT(msg, Contains(file_name));
     REQUIRE_THAT(msg, Contains(layer_tensor_name(0, "self_attn.q_proj.bias")));
   }
 
   SECTION("a folder without weights, and an unknown dtype to save") {
     TempDir dir("empty");
-    REQUIRE_THAT(error_of([&] { load_safetensors_weights(spec, dir.str()); }), Contains(dir.str()));
-    REQUIRE_THAT(error_of([&] { save_safetensors_weights(original, dir.str(), "F64"); }), Contains("F64"));
+    REQUIRE_THAT(input_error_of([&] { load_safetensors_weights(spec, dir.str()); }), Contains(dir.str()));
+    REQUIRE_THAT(input_error_of([&] { save_safetensors_weights(original, dir.str(), "F64"); }), Contains("F64"));
   }
 }
