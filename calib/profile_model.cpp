@@ -207,6 +207,16 @@ ProfileModel::ProfileModel(DeviceProfile profile, const ModelSpec& model, const 
   }
 }
 
+ProfileModel ProfileModel::for_layers(DeviceProfile profile, const ModelSpec& model, const std::string& source) {
+  if (model.num_hidden_layers < 1 || model.num_hidden_layers > profile.model.num_hidden_layers)
+    throw InputError(fmt::format("{}: {} has {} layers; the profile of {} covers 1 .. {}", source, model.name,
+                                 model.num_hidden_layers, profile.model.name, profile.model.num_hidden_layers));
+  // Every table is per layer (or per iteration for the LM head, sampling and
+  // the fixed cost), so only the layer count the match checks changes.
+  profile.model.num_hidden_layers = model.num_hidden_layers;
+  return ProfileModel(std::move(profile), model, source);
+}
+
 const Curve& ProfileModel::curve(ProfileOp op) const {
   switch (op) {
     case ProfileOp::GemmQkv: return profile_.gemm_qkv;
@@ -279,7 +289,7 @@ double ProfileModel::decode_attention_seconds(double rows, double pairs) const {
 ProfileBreakdown ProfileModel::breakdown(const IterationPlan& plan) const {
   const double L = double(model_.num_hidden_layers);
   const double T = double(plan.num_tokens());
-  const double S = double(plan.num_sampling_sequences);
+  const double S = double(plan.num_sample_rows);
   ProfileBreakdown out;
   if (T > 0) {
     out.gemm = L * (op_seconds(ProfileOp::GemmQkv, T) + op_seconds(ProfileOp::GemmO, T) +

@@ -105,6 +105,11 @@ class ProfileModel final : public Executor {
   // another shape (the message names `source` and the differing fields) or a
   // malformed table (naming the table).
   ProfileModel(DeviceProfile profile, const ModelSpec& model, const std::string& source = "profile");
+  // The profile's per-layer tables for a model of the profiled shape with
+  // fewer layers (a self-draft: the target's first layers with its
+  // embedding and LM head). Throws InputError unless `model` is the
+  // profile's shape with 1 .. all of its layers.
+  static ProfileModel for_layers(DeviceProfile profile, const ModelSpec& model, const std::string& source);
 
   std::string name() const override { return "profile"; }
   void execute(const IterationPlan& plan, IterationResult& result) override;

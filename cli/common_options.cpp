@@ -58,7 +58,12 @@ po::options_description scheduler_options() {
        "fraction of device memory for weights + KV cache")
       ("num-gpu-blocks", po::value<int64_t>(), "KV capacity in blocks (overrides the memory rule)")
       ("max-model-len", po::value<int64_t>(),
-       "longest prompt + output accepted (default: the model's max_position_embeddings)");
+       "longest prompt + output accepted (default: the model's max_position_embeddings)")
+      ("num-speculative-tokens", po::value<int32_t>()->default_value(0),
+       "speculative decoding: draft tokens k each decode proposes and the target verifies in one "
+       "pass (0 = off); needs --draft-model or --self-draft-layers")
+      ("speculative-disable-by-batch-size", po::value<int32_t>()->default_value(0),
+       "no speculation in an iteration while at least this many sequences run (0 = never)");
   return o;
 }
 
@@ -178,6 +183,8 @@ SchedulerSettings scheduler_from(const po::variables_map& vm) {
   s.gpu_memory_utilization = vm["gpu-memory-utilization"].as<double>();
   if (vm.count("num-gpu-blocks")) s.num_gpu_blocks = vm["num-gpu-blocks"].as<int64_t>();
   if (vm.count("max-model-len")) s.max_model_len = vm["max-model-len"].as<int64_t>();
+  s.num_speculative_tokens = vm["num-speculative-tokens"].as<int32_t>();
+  s.speculative_disable_by_batch_size = vm["speculative-disable-by-batch-size"].as<int32_t>();
   if (!(s.gpu_memory_utilization > 0 && s.gpu_memory_utilization <= 1))
     throw InputError(fmt::format("--gpu-memory-utilization must be in (0, 1] (got {})",
                                  s.gpu_memory_utilization));

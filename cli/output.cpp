@@ -5,6 +5,8 @@
 
 #include <unistd.h>
 
+#include <fmt/format.h>
+
 #include "cli/common_options.h"
 #include "sim/report.h"
 
@@ -33,15 +35,29 @@ std::function<void(const RunProgress&)> progress_printer(const std::string& comm
 }
 
 void emit_results(const po::variables_map& vm, const RunRecords& records, const RunSummary& summary,
-                  const nlohmann::json& summary_json, const std::string& title) {
-  if (vm.count("out")) write_run_outputs(vm["out"].as<std::string>(), records, summary_json);
+                  const nlohmann::json& summary_json, const std::string& title,
+                  const SpeculativeStats* speculative) {
+  nlohmann::json full = summary_json;
+  if (speculative) full["speculative"] = speculative->to_json();
+  if (vm.count("out")) {
+    const std::string dir = vm["out"].as<std::string>();
+    write_run_outputs(dir, records, full);
+    if (speculative) speculative->write_requests_csv(dir + "/speculative_requests.csv");
+  }
   if (vm.count("json")) {
-    std::cout << summary_json.dump(2) << "\n";
+    std::cout << full.dump(2) << "\n";
     return;
   }
   std::cout << format_summary_table(summary, title);
+  if (speculative)
+    std::cout << fmt::format("  speculate  k = {}: {:.3f} tokens per step, draft acceptance {:.3f}, {} steps, "
+                             "{} plain decodes\n",
+                             speculative->num_speculative_tokens(), speculative->mean_accepted_tokens_per_step(),
+                             speculative->draft_acceptance_rate(), speculative->steps(),
+                             speculative->plain_decodes());
   if (vm.count("out"))
-    std::cout << "  outputs    " << vm["out"].as<std::string>() << "/{summary.json,requests.csv,iterations.csv}\n";
+    std::cout << "  outputs    " << vm["out"].as<std::string>() << "/{summary.json,requests.csv,iterations.csv"
+              << (speculative ? ",speculative_requests.csv" : "") << "}\n";
 }
 
 }  // namespace servesim::cli

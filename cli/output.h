@@ -10,6 +10,7 @@
 
 #include "sim/metrics.h"
 #include "sim/runner.h"
+#include "sim/speculative_stats.h"
 
 namespace servesim::cli {
 
@@ -20,9 +21,12 @@ boost::program_options::options_description output_options();
 // per report otherwise; nothing with -q.
 std::function<void(const RunProgress&)> progress_printer(const std::string& command, bool quiet);
 
-// Writes --out DIR and prints the table (or the JSON with --json).
+// Writes --out DIR and prints the table (or the JSON with --json). With
+// `speculative` (a speculative run), summary.json gains its "speculative"
+// object, DIR gets speculative_requests.csv and the table a speculation line.
 void emit_results(const boost::program_options::variables_map& vm, const RunRecords& records,
-                  const RunSummary& summary, const nlohmann::json& summary_json, const std::string& title);
+                  const RunSummary& summary, const nlohmann::json& summary_json, const std::string& title,
+                  const SpeculativeStats* speculative = nullptr);
 
 bool stderr_is_terminal();
 

@@ -16,12 +16,67 @@
 #include "sim/errors.h"
 #include "sim/report.h"
 #include "sim/simulation.h"
+#include "sim/speculative_cost.h"
 
 namespace servesim::cli {
 namespace {
 
 bool given(const po::variables_map& vm, const char* flag) {
   return vm.count(flag) > 0 && !vm[flag].defaulted();
+}
+
+// K and V of one token in every layer, as the CPU decoder stores them (fp32).
+double fp32_kv_bytes_per_token(const ModelSpec& m) {
+  return 2.0 * double(m.num_hidden_layers * m.num_key_value_heads * m.head_dim) * sizeof(float);
+}
+
+po::options_description speculative_options() {
+  po::options_description o("Speculative decoding (with --num-speculative-tokens K >= 1)", kHelpWidth);
+  o.add_options()
+      ("draft-model", po::value<std::string>(),
+       "the draft: a preset or a config.json, costed like the target (same --hardware, or its own "
+       "--draft-profile); its vocabulary must be the target's")
+      ("self-draft-layers", po::value<int32_t>(),
+       "the draft is the target's first L layers with its embedding and LM head (no weights of its "
+       "own); with --profile it is costed by the target's profile")
+      ("draft-profile", po::value<std::string>(),
+       "a profile of the --draft-model (`servesim calibrate --model <draft>`), needed with --profile")
+      ("acceptance-rate", po::value<double>(),
+       "every draft token accepted with probability A, independently")
+      ("acceptance-curve", po::value<std::string>(),
+       "a1,a2,...: draft j accepted with probability a_j given drafts 1..j-1 were (>= K values)")
+      ("acceptance-beta", po::value<std::string>(),
+       "A:B: each request draws its own rate from Beta(A, B) (mean A/(A+B))")
+      ("acceptance-hist", po::value<std::string>(),
+       "the accepted-length histogram of a real run: its summary.json (speculative."
+       "accepted_length_histogram) or a CSV 'accepted,count'; K may not exceed the run's");
+  return o;
+}
+
+// The one acceptance model the flags name, if any.
+std::optional<AcceptanceModel> acceptance_from(const po::variables_map& vm) {
+  int named = 0;
+  for (const char* flag : {"acceptance-rate", "acceptance-curve", "acceptance-beta", "acceptance-hist"})
+    named += int(vm.count(flag));
+  if (named > 1)
+    throw InputError("give one of --acceptance-rate, --acceptance-curve, --acceptance-beta, --acceptance-hist");
+  if (vm.count("acceptance-rate")) return AcceptanceModel::independent(vm["acceptance-rate"].as<double>());
+  if (vm.count("acceptance-curve")) return AcceptanceModel::parse_curve(vm["acceptance-curve"].as<std::string>());
+  if (vm.count("acceptance-beta")) return AcceptanceModel::parse_beta(vm["acceptance-beta"].as<std::string>());
+  if (vm.count("acceptance-hist")) return AcceptanceModel::load_histogram(vm["acceptance-hist"].as<std::string>());
+  return std::nullopt;
+}
+
+std::optional<DraftModel> draft_from(const po::variables_map& vm, const ModelSpec& target) {
+  if (vm.count("draft-model") && vm.count("self-draft-layers"))
+    throw InputError("give --draft-model or --self-draft-layers, not both");
+  if (vm.count("self-draft-layers")) return make_self_draft(target, vm["self-draft-layers"].as<int32_t>());
+  if (vm.count("draft-model")) {
+    const ModelSpec draft = resolve_model(vm["draft-model"].as<std::string>());
+    draft.validate(draft.name);
+    return make_separate_draft(target, draft);
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -47,7 +102,7 @@ int simulate_command(int argc, const char* const* argv) {
        "default)");
   po::options_description all(kHelpWidth);
   all.add(general).add(output_options()).add(workload_options()).add(scheduler_options())
-      .add(roofline_options()).add(slo_options());
+      .add(speculative_options()).add(roofline_options()).add(slo_options());
 
   const po::variables_map vm = parse_or_throw(argc, argv, all);
   if (vm.count("help")) {
@@ -79,9 +134,16 @@ int simulate_command(int argc, const char* const* argv) {
   setup.scheduler = scheduler_from(vm);
   if (!use_profile) setup.roofline = roofline_from(vm);
   setup.slo = slo_from(vm);
+  setup.draft = draft_from(vm, setup.model);
+  setup.acceptance = acceptance_from(vm);
+  const int32_t k = setup.scheduler.num_speculative_tokens;
+  check_speculative_flags(k, setup.draft.has_value(), setup.acceptance.has_value(), true);
+  if (setup.acceptance) setup.acceptance->require_covers(k);
+  if (vm.count("draft-profile") && !(use_profile && setup.draft && !setup.draft->shares_target_weights))
+    throw InputError("--draft-profile applies with --profile and --draft-model");
   const bool quiet = vm.count("quiet") > 0;
 
-  std::optional<ProfileModel> profile_model;
+  std::optional<ProfileModel> profile_model, draft_profile_model;
   bool hardware_sizes_kv = !setup.scheduler.num_gpu_blocks;
   std::optional<double> cpu_kv_bytes;
   if (use_profile) {
@@ -93,12 +155,29 @@ int simulate_command(int argc, const char* const* argv) {
                                    setup.scheduler.block_size));
     setup.scheduler.block_size = profile->block_size;
     profile_model.emplace(*profile, setup.model, profile_path);
+    if (setup.draft) {
+      if (setup.draft->shares_target_weights) {
+        // The target's per-layer tables cost the target's first L layers.
+        draft_profile_model.emplace(ProfileModel::for_layers(*profile, setup.draft->spec, profile_path));
+      } else {
+        if (!vm.count("draft-profile"))
+          throw InputError(fmt::format("with --profile, the draft {} needs its own --draft-profile (`servesim "
+                                       "calibrate --model {}`)",
+                                       setup.draft->spec.name, setup.draft->spec.name));
+        const std::string draft_path = vm["draft-profile"].as<std::string>();
+        draft_profile_model.emplace(DeviceProfile::load(draft_path), setup.draft->spec, draft_path);
+      }
+    }
     if (!setup.scheduler.num_gpu_blocks && profile->device_kind == "cpu" && vm["hardware"].defaulted()) {
       if (given(vm, "gpu-memory-utilization"))
         throw InputError("--gpu-memory-utilization does not apply: with a cpu --profile the KV cache is 1 GiB "
                          "of fp32 unless --hardware or --num-gpu-blocks is given");
       const double bytes = EngineSetup{}.kv_cache_bytes;  // `servesim run`'s default
-      setup.scheduler.num_gpu_blocks = cpu_kv_blocks(setup.model, bytes, setup.scheduler.block_size);
+      // The draft's fp32 KV shares the memory, block for block.
+      const double draft_share =
+          setup.draft ? fp32_kv_bytes_per_token(setup.draft->spec) / fp32_kv_bytes_per_token(setup.model) : 0.0;
+      setup.scheduler.num_gpu_blocks =
+          cpu_kv_blocks(setup.model, bytes / (1.0 + draft_share), setup.scheduler.block_size);
       cpu_kv_bytes = bytes;
       hardware_sizes_kv = false;
     }
@@ -106,8 +185,13 @@ int simulate_command(int argc, const char* const* argv) {
 
   const auto wall_start = std::chrono::steady_clock::now();
   const Workload workload = make_workload(setup.workload);
-  SimulationOutput out = profile_model
-                             ? simulate_with_executor(setup, workload, *profile_model,
+  std::optional<SpeculativeCostModel> speculative_profile;
+  if (profile_model && k > 0)
+    speculative_profile.emplace(*profile_model, *draft_profile_model, *setup.acceptance, k, setup.workload.seed);
+  Executor* profile_executor = speculative_profile ? static_cast<Executor*>(&*speculative_profile)
+                                                   : profile_model ? static_cast<Executor*>(&*profile_model) : nullptr;
+  SimulationOutput out = profile_executor
+                             ? simulate_with_executor(setup, workload, *profile_executor,
                                                       progress_printer("simulate", quiet))
                              : simulate_workload(setup, workload, progress_printer("simulate", quiet));
   const double wall_s =
@@ -118,14 +202,14 @@ int simulate_command(int argc, const char* const* argv) {
   if (profile_model) {
     config["cost_model"] = profile_model->describe();
     config["cost_model"]["profile"] = profile_path;
+    if (draft_profile_model) config["cost_model"]["draft"] = draft_profile_model->describe();
     // The hardware's figures are not used by the profile model; keep them
     // only where they sized the KV cache.
     if (!hardware_sizes_kv) config.erase("hardware");
     if (cpu_kv_bytes) {
       config["scheduler"]["kv_cache_bytes"] =
-          double(out.scheduler.num_gpu_blocks) * out.scheduler.block_size * 2.0 *
-          double(setup.model.num_hidden_layers * setup.model.num_key_value_heads * setup.model.head_dim) *
-          sizeof(float);
+          double(out.scheduler.num_gpu_blocks) * out.scheduler.block_size *
+          (fp32_kv_bytes_per_token(setup.model) + (setup.draft ? fp32_kv_bytes_per_token(setup.draft->spec) : 0.0));
       config["scheduler"]["kv_cache_rule"] = fmt::format("{:.0f} bytes of fp32 KV cache (cpu profile)",
                                                          *cpu_kv_bytes);
     }
@@ -136,7 +220,8 @@ int simulate_command(int argc, const char* const* argv) {
   emit_results(vm, out.records, out.summary, summary,
                fmt::format("servesim simulate: {} on {}, {} scheduler, {} requests ({})", setup.model.name,
                            device, to_string(out.scheduler.policy), workload.requests.size(),
-                           to_string(setup.workload.arrival)));
+                           to_string(setup.workload.arrival)),
+               out.speculative ? &*out.speculative : nullptr);
   if (!quiet)
     std::fprintf(stderr, "%ssimulated %lld output tokens in %.2f s wall time (%.2f M tokens/s)\n",
                  wall_s > 1 && stderr_is_terminal() ? "\n" : "", (long long)out.summary.output_tokens,

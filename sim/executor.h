@@ -10,6 +10,8 @@
 
 namespace servesim {
 
+class SpeculativeStats;
+
 class Executor {
  public:
   virtual ~Executor() = default;
@@ -19,6 +21,9 @@ class Executor {
   // The request has completed: state kept for it (its tokens) can go. A
   // preempted request is not finished; it comes back to be recomputed.
   virtual void on_request_finished(int64_t request_id) { (void)request_id; }
+  // What speculative decoding did so far, for executors that decide
+  // acceptance (sim/speculative_stats.h); nullptr when the run does not speculate.
+  virtual const SpeculativeStats* speculative_stats() const { return nullptr; }
 };
 
 }  // namespace servesim

@@ -2,6 +2,7 @@
 // executor (cost model or real decoder).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -23,6 +24,10 @@ struct ScheduledSequence {
   // True when the iteration ends with a sampled token for this sequence: the
   // last chunk of a prefill, and every decode.
   bool samples = false;
+  // Rows whose logits the iteration computes for this sequence: 0 without
+  // sampling, 1 for a prefill's last chunk or a plain decode, k' + 1 for a
+  // speculative verification (every draft position and the bonus).
+  int32_t num_sample_rows = 0;
   // The sequence's KV blocks (ids into the cache), owned by the scheduler's
   // block manager and valid until the next schedule() call. They cover at
   // least num_cached_tokens + num_query_tokens tokens.
@@ -39,16 +44,20 @@ struct IterationPlan {
   int32_t num_prefill_sequences = 0;
   int32_t num_decode_sequences = 0;
   int32_t num_sampling_sequences = 0;
+  int32_t num_sample_rows = 0;  // rows through the LM head: sum of num_sample_rows
 
   bool empty() const { return sequences.empty(); }
   int32_t num_tokens() const { return num_prefill_tokens + num_decode_tokens; }
   void clear() {
     sequences.clear();
     num_prefill_tokens = num_decode_tokens = 0;
-    num_prefill_sequences = num_decode_sequences = num_sampling_sequences = 0;
+    num_prefill_sequences = num_decode_sequences = num_sampling_sequences = num_sample_rows = 0;
   }
-  void add(const ScheduledSequence& s) {
-    sequences.push_back(s);
+  // Appends `item`; a sampling item that names no sample rows samples one.
+  void add(const ScheduledSequence& item) {
+    sequences.push_back(item);
+    ScheduledSequence& s = sequences.back();
+    s.num_sample_rows = s.samples ? std::max(s.num_sample_rows, 1) : 0;
     if (s.is_prefill) {
       num_prefill_tokens += s.num_query_tokens;
       ++num_prefill_sequences;
@@ -57,6 +66,7 @@ struct IterationPlan {
       ++num_decode_sequences;
     }
     if (s.samples) ++num_sampling_sequences;
+    num_sample_rows += s.num_sample_rows;
   }
 };
 

@@ -32,6 +32,14 @@ bool KvBlockManager::grow_to(std::vector<int32_t>& table, int64_t tokens) {
   return true;
 }
 
+void KvBlockManager::shrink_to(std::vector<int32_t>& table, int64_t tokens) {
+  const size_t keep = size_t(std::max<int64_t>(blocks_for(tokens), 0));
+  while (table.size() > keep) {
+    free_.push_back(table.back());
+    table.pop_back();
+  }
+}
+
 void KvBlockManager::release(std::vector<int32_t>& table) {
   // Push in reverse so a sequence's first block is the next one reused.
   for (auto it = table.rbegin(); it != table.rend(); ++it) free_.push_back(*it);

@@ -24,6 +24,9 @@ class KvBlockManager {
   // Grows `table` so it holds at least `tokens` tokens. Returns false, and
   // changes nothing, when there are not enough free blocks.
   bool grow_to(std::vector<int32_t>& table, int64_t tokens);
+  // Returns the blocks of `table` beyond those `tokens` tokens need (the
+  // room a speculative step reserved for drafts that were rejected).
+  void shrink_to(std::vector<int32_t>& table, int64_t tokens);
   // Returns every block of `table` to the free list and clears it.
   void release(std::vector<int32_t>& table);
 

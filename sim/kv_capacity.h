@@ -3,6 +3,7 @@
 
 #include <cstdint>
 
+#include "sim/draft_model.h"
 #include "sim/hardware_spec.h"
 #include "sim/model_spec.h"
 
@@ -10,8 +11,11 @@ namespace servesim {
 
 // floor((memory x utilization - weight bytes) / (block_size x KV bytes per
 // token)), as vLLM sizes its cache (without its activation-peak profiling).
-// Throws InputError when the weights leave no room for a single block.
+// With a draft, its weights join the target's and each block holds the
+// draft's KV beside the target's (same block ids). Throws InputError when the
+// weights leave no room for a single block.
 int64_t kv_capacity_blocks(const ModelSpec& model, const HardwareSpec& hardware,
-                           double gpu_memory_utilization, int32_t block_size);
+                           double gpu_memory_utilization, int32_t block_size,
+                           const DraftModel* draft = nullptr);
 
 }  // namespace servesim

@@ -37,7 +37,7 @@ RooflineBreakdown RooflineModel::breakdown(const IterationPlan& plan) const {
   const double dh = double(model_.head_dim), V = double(model_.vocab_size);
   const double L = double(model_.num_hidden_layers), b = double(model_.dtype_bytes());
   const double T = double(plan.num_tokens());           // query tokens in the batch
-  const double S = double(plan.num_sampling_sequences);  // rows that go through the LM head
+  const double S = double(plan.num_sample_rows);  // rows that go through the LM head
   const double q_out = H * dh, kv_out = Hkv * dh, qkv_out = q_out + 2 * kv_out;
 
   // GEMM [T, K] x [K, N]: 2*T*K*N FLOPs; bytes = weights K*N + input T*K +

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -38,6 +39,11 @@ void SchedulerConfig::validate() const {
     throw InputError(fmt::format("--num-gpu-blocks must be >= 1 (got {})", num_gpu_blocks));
   if (max_model_len < 1)
     throw InputError(fmt::format("--max-model-len must be >= 1 (got {})", max_model_len));
+  if (num_speculative_tokens < 0 || num_speculative_tokens > 64)
+    throw InputError(fmt::format("--num-speculative-tokens must be in 0 .. 64 (got {})", num_speculative_tokens));
+  if (speculative_disable_by_batch_size < 0)
+    throw InputError(fmt::format("--speculative-disable-by-batch-size must be >= 0 (got {})",
+                                 speculative_disable_by_batch_size));
   if (!(watermark >= 0 && watermark < 1))
     throw InputError(fmt::format("KV watermark must be in [0, 1) (got {})", watermark));
 }
@@ -115,7 +121,10 @@ void Scheduler::add_to_plan(IterationPlan& plan, int32_t slot, int32_t query_tok
   item.num_query_tokens = query_tokens;
   item.num_cached_tokens = s.computed;
   item.is_prefill = s.in_prefill();
-  item.samples = s.computed + query_tokens == s.total();
+  // A prefill samples once its last chunk is in; a decode always (its
+  // query tokens run past total() by the drafts it verifies).
+  item.samples = s.computed + query_tokens >= s.total();
+  item.num_sample_rows = !item.samples ? 0 : item.is_prefill ? 1 : query_tokens;
   item.block_table = std::span<const int32_t>(s.blocks);
   plan.add(item);
   planned_slots_.push_back(slot);
@@ -132,9 +141,20 @@ void Scheduler::preempt(int32_t slot, SchedulerListener& listener) {
   waiting_.push_front(slot);
 }
 
-bool Scheduler::reserve_decode_slot(size_t i, SchedulerListener& listener) {
+int32_t Scheduler::speculative_drafts(const Sequence& s, int64_t budget) const {
+  if (!speculate_this_iteration_) return 0;
+  // No draft beyond the last token the request emits: a step emits at most
+  // drafts + 1 tokens. Within the chunked policy's budget, drafts are query tokens.
+  const int64_t drafts = std::min<int64_t>({config_.num_speculative_tokens,
+                                            int64_t(s.output_tokens) - s.generated - 1, budget - 1});
+  return int32_t(std::max<int64_t>(drafts, 0));
+}
+
+bool Scheduler::reserve_decode_slot(size_t i, int32_t& query_tokens, SchedulerListener& listener) {
   const int32_t slot = running_[i];
-  while (!kv_.grow_to(slots_[size_t(slot)].blocks, slots_[size_t(slot)].computed + 1)) {
+  Sequence& s = slots_[size_t(slot)];
+  if (query_tokens > 1 && !kv_.grow_to(s.blocks, int64_t(s.computed) + query_tokens)) query_tokens = 1;
+  while (!kv_.grow_to(slots_[size_t(slot)].blocks, slots_[size_t(slot)].computed + query_tokens)) {
     const int32_t victim = running_.back();  // the newest admission goes first (vLLM)
     preempt(victim, listener);
     if (victim == slot) return false;
@@ -145,6 +165,9 @@ bool Scheduler::reserve_decode_slot(size_t i, SchedulerListener& listener) {
 void Scheduler::schedule(IterationPlan& plan, SchedulerListener& listener) {
   plan.clear();
   planned_slots_.clear();
+  speculate_this_iteration_ =
+      config_.num_speculative_tokens > 0 && (config_.speculative_disable_by_batch_size == 0 ||
+                                             int64_t(running_.size()) < config_.speculative_disable_by_batch_size);
   switch (config_.policy) {
     case SchedulerPolicy::Static: schedule_static(plan, listener); break;
     case SchedulerPolicy::Continuous: schedule_continuous(plan, listener); break;
@@ -170,7 +193,13 @@ void Scheduler::schedule_static(IterationPlan& plan, SchedulerListener& listener
       waiting_.pop_front();
     }
   }
-  for (int32_t slot : running_) add_to_plan(plan, slot, slots_[size_t(slot)].remaining(), listener);
+  // Blocks for the whole lifetime are reserved, so drafts always fit.
+  for (int32_t slot : running_) {
+    const Sequence& s = slots_[size_t(slot)];
+    const int32_t query = s.in_prefill() ? s.remaining()
+                                         : 1 + speculative_drafts(s, std::numeric_limits<int32_t>::max());
+    add_to_plan(plan, slot, query, listener);
+  }
 }
 
 void Scheduler::schedule_continuous(IterationPlan& plan, SchedulerListener& listener) {
@@ -189,22 +218,25 @@ void Scheduler::schedule_continuous(IterationPlan& plan, SchedulerListener& list
   }
   if (!plan.empty()) return;  // prefill-only iteration
 
-  // Otherwise every running sequence decodes one token.
+  // Otherwise every running sequence decodes one token (or verifies drafts).
   for (size_t i = 0; i < running_.size(); ++i) {
-    if (!reserve_decode_slot(i, listener)) break;
-    add_to_plan(plan, running_[i], 1, listener);
+    int32_t query = 1 + speculative_drafts(slots_[size_t(running_[i])], std::numeric_limits<int32_t>::max());
+    if (!reserve_decode_slot(i, query, listener)) break;
+    add_to_plan(plan, running_[i], query, listener);
   }
 }
 
 void Scheduler::schedule_chunked(IterationPlan& plan, SchedulerListener& listener) {
   for (;;) {
     int64_t budget = config_.max_num_batched_tokens;
-    // 1. Running decodes, one token each, preempting the newest if blocks run out.
+    // 1. Running decodes, one token each (1 + drafts when speculating),
+    //    preempting the newest if blocks run out.
     for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
       if (slots_[size_t(running_[i])].in_prefill()) continue;
-      if (!reserve_decode_slot(i, listener)) break;
-      add_to_plan(plan, running_[i], 1, listener);
-      budget -= 1;
+      int32_t query = 1 + speculative_drafts(slots_[size_t(running_[i])], budget);
+      if (!reserve_decode_slot(i, query, listener)) break;
+      add_to_plan(plan, running_[i], query, listener);
+      budget -= query;
     }
     // 2. Ongoing prefills, as much of each as budget and free blocks allow.
     for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
@@ -250,11 +282,20 @@ void Scheduler::complete(const IterationPlan& plan, const IterationResult& resul
       continue;
     }
     int32_t emitted = result.emitted_tokens.empty() ? 1 : result.emitted_tokens[k];
-    emitted = std::clamp(emitted, 1, s.output_tokens - s.generated);
+    // A prefill emits one token; a decode at most its query tokens (the
+    // accepted drafts and the target's own next token).
+    if (emitted < 1 || emitted > (item.is_prefill ? 1 : item.num_query_tokens))
+      throw std::logic_error(fmt::format("executor emitted {} tokens for request {} with {} query tokens{}", emitted,
+                                         s.request_id, item.num_query_tokens, item.is_prefill ? " (prefill)" : ""));
+    emitted = std::min(emitted, s.output_tokens - s.generated);
     // A prefill's KV is complete; a decode keeps the KV of the tokens it
-    // emitted (with speculation, rejected drafts are rolled back).
-    s.computed += item.is_prefill ? item.num_query_tokens : std::min(item.num_query_tokens, emitted);
+    // emitted: its newest token and the accepted drafts. The bonus token is
+    // the next query; the rejected drafts' KV is rolled back by handing back
+    // the blocks only they used.
+    s.computed += item.is_prefill ? item.num_query_tokens : emitted;
     s.generated += emitted;
+    if (!item.is_prefill && item.num_query_tokens > 1 && config_.policy != SchedulerPolicy::Static)
+      kv_.shrink_to(s.blocks, s.total());
     listener.on_tokens(s.request_id, emitted);
     const bool eos = !result.finished.empty() && result.finished[k];
     if (s.generated >= s.output_tokens || eos) {

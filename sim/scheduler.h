@@ -42,6 +42,13 @@ struct SchedulerConfig {
   // Fraction of the KV blocks kept free when admitting a new prompt, so a
   // fresh admission does not force an immediate preemption (vLLM V0: 0.01).
   double watermark = 0.01;
+  // Speculative decoding: each decode proposes up to k draft tokens and asks
+  // for k' + 1 query tokens (its newest token and the drafts), k' = min(k,
+  // output tokens still to emit - 1, the token budget left - 1); 0 = off.
+  int32_t num_speculative_tokens = 0;
+  // No speculation (k' = 0) in an iteration that starts with at least this
+  // many running sequences (vLLM's disable_by_batch_size); 0 = never.
+  int32_t speculative_disable_by_batch_size = 0;
 
   // Throws InputError naming the flag of the first bad value.
   void validate() const;
@@ -116,10 +123,14 @@ class Scheduler {
   void schedule_static(IterationPlan& plan, SchedulerListener& listener);
   void schedule_continuous(IterationPlan& plan, SchedulerListener& listener);
   void schedule_chunked(IterationPlan& plan, SchedulerListener& listener);
-  // Decode step for running[i]: grows its blocks by one token, preempting the
-  // newest running sequences while blocks are short. Returns false if the
-  // sequence preempted itself.
-  bool reserve_decode_slot(size_t i, SchedulerListener& listener);
+  // Draft tokens running[i]'s decode may propose this iteration (k' of
+  // SchedulerConfig::num_speculative_tokens) within `budget` query tokens.
+  int32_t speculative_drafts(const Sequence& s, int64_t budget) const;
+  // Decode step for running[i] with `query_tokens` (1 + drafts): grows its
+  // blocks to hold them. Without the blocks, it first drops the drafts
+  // (query_tokens becomes 1), then preempts the newest running sequences
+  // while blocks are short. Returns false if the sequence preempted itself.
+  bool reserve_decode_slot(size_t i, int32_t& query_tokens, SchedulerListener& listener);
 
   SchedulerConfig config_;
   KvBlockManager kv_;
@@ -129,6 +140,7 @@ class Scheduler {
   std::vector<int32_t> running_; // admission order: the last one is preempted first
   std::vector<int32_t> planned_slots_;  // slot of each sequence in the current plan
   int64_t watermark_blocks_ = 0;
+  bool speculate_this_iteration_ = false;  // k > 0 and not disabled by batch size
   int64_t preemptions_ = 0;
 };
 

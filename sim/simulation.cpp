@@ -8,15 +8,18 @@
 #include "sim/clock.h"
 #include "sim/errors.h"
 #include "sim/kv_capacity.h"
+#include "sim/speculative_cost.h"
 
 namespace servesim {
 
 SchedulerConfig resolve_scheduler_config(const SchedulerSettings& s, const ModelSpec& model,
-                                         const HardwareSpec& hardware) {
+                                         const HardwareSpec& hardware, const DraftModel* draft) {
   SchedulerConfig c;
   c.policy = s.policy;
   c.max_num_seqs = s.max_num_seqs;
   c.block_size = s.block_size;
+  c.num_speculative_tokens = s.num_speculative_tokens;
+  c.speculative_disable_by_batch_size = s.speculative_disable_by_batch_size;
   c.max_model_len = s.max_model_len.value_or(model.max_position_embeddings);
   if (c.max_model_len > model.max_position_embeddings)
     throw InputError(fmt::format("--max-model-len {} exceeds {}'s max_position_embeddings {}",
@@ -31,7 +34,7 @@ SchedulerConfig resolve_scheduler_config(const SchedulerSettings& s, const Model
   if (s.num_gpu_blocks) {
     c.num_gpu_blocks = *s.num_gpu_blocks;
   } else {
-    c.num_gpu_blocks = kv_capacity_blocks(model, hardware, s.gpu_memory_utilization, s.block_size);
+    c.num_gpu_blocks = kv_capacity_blocks(model, hardware, s.gpu_memory_utilization, s.block_size, draft);
   }
   c.validate();
   return c;
@@ -52,6 +55,7 @@ SimulationOutput run_simulation(const SimulationSetup& setup, const SchedulerCon
   if (progress) runner.on_progress(std::move(progress));
   out.records = runner.run(workload);
   out.summary = summarize_run(out.records, setup.slo);
+  if (const SpeculativeStats* stats = executor.speculative_stats()) out.speculative = *stats;
   return out;
 }
 
@@ -59,15 +63,23 @@ SimulationOutput run_simulation(const SimulationSetup& setup, const SchedulerCon
 
 SimulationOutput simulate_workload(const SimulationSetup& setup, const Workload& workload,
                                    std::function<void(const RunProgress&)> progress) {
-  const SchedulerConfig config = resolve_scheduler_config(setup.scheduler, setup.model, setup.hardware);
+  const DraftModel* draft = setup.draft ? &*setup.draft : nullptr;
+  const SchedulerConfig config = resolve_scheduler_config(setup.scheduler, setup.model, setup.hardware, draft);
+  check_speculative_flags(config.num_speculative_tokens, draft != nullptr, setup.acceptance.has_value(), true);
   RooflineModel executor(setup.model, setup.hardware, setup.roofline);
-  return run_simulation(setup, config, workload, executor, std::move(progress));
+  if (config.num_speculative_tokens == 0) return run_simulation(setup, config, workload, executor, std::move(progress));
+  // The draft is costed by the same roofline on the same hardware.
+  RooflineModel draft_executor(draft->spec, setup.hardware, setup.roofline);
+  SpeculativeCostModel speculative(executor, draft_executor, *setup.acceptance, config.num_speculative_tokens,
+                                   setup.workload.seed);
+  return run_simulation(setup, config, workload, speculative, std::move(progress));
 }
 
 SimulationOutput simulate_with_executor(const SimulationSetup& setup, const Workload& workload,
                                         Executor& executor,
                                         std::function<void(const RunProgress&)> progress) {
-  const SchedulerConfig config = resolve_scheduler_config(setup.scheduler, setup.model, setup.hardware);
+  const SchedulerConfig config = resolve_scheduler_config(setup.scheduler, setup.model, setup.hardware,
+                                                          setup.draft ? &*setup.draft : nullptr);
   return run_simulation(setup, config, workload, executor, std::move(progress));
 }
 
@@ -104,7 +116,9 @@ nlohmann::json scheduler_to_json(const SchedulerConfig& c, double gpu_memory_uti
           {"num_gpu_blocks", c.num_gpu_blocks},
           {"gpu_memory_utilization", gpu_memory_utilization},
           {"max_model_len", c.max_model_len},
-          {"watermark", c.watermark}};
+          {"watermark", c.watermark},
+          {"num_speculative_tokens", c.num_speculative_tokens},
+          {"speculative_disable_by_batch_size", c.speculative_disable_by_batch_size}};
 }
 
 nlohmann::json workload_to_json(const WorkloadSpec& w) {
@@ -149,6 +163,20 @@ nlohmann::json setup_to_json(const SimulationSetup& setup, const SchedulerConfig
                      {"iteration_overhead_s", setup.roofline.iteration_overhead_s}};
   j["workload"] = workload_to_json(setup.workload);
   j["seed"] = setup.workload.seed;
+  if (c.num_speculative_tokens > 0)
+    j["speculative"] = speculative_to_json(c, setup.draft ? &*setup.draft : nullptr,
+                                           setup.acceptance ? &*setup.acceptance : nullptr);
+  return j;
+}
+
+nlohmann::json speculative_to_json(const SchedulerConfig& c, const DraftModel* draft,
+                                   const AcceptanceModel* acceptance) {
+  nlohmann::json j = {{"num_speculative_tokens", c.num_speculative_tokens},
+                      {"disable_by_batch_size", c.speculative_disable_by_batch_size},
+                      {"draft", draft ? draft_to_json(*draft) : nlohmann::json()},
+                      {"acceptance", acceptance ? acceptance->to_json() : nlohmann::json()}};
+  if (acceptance)
+    j["acceptance"]["expected_tokens_per_step"] = acceptance->expected_tokens_per_step(c.num_speculative_tokens);
   return j;
 }
 

@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "sim/acceptance.h"
+#include "sim/draft_model.h"
 #include "sim/executor.h"
 #include "sim/hardware_spec.h"
 #include "sim/metrics.h"
@@ -15,6 +17,7 @@
 #include "sim/roofline_model.h"
 #include "sim/runner.h"
 #include "sim/scheduler.h"
+#include "sim/speculative_stats.h"
 #include "sim/workload.h"
 
 namespace servesim {
@@ -33,10 +36,14 @@ struct SchedulerSettings {
   std::optional<int64_t> num_gpu_blocks;
   // Default: the model's max_position_embeddings; may not exceed it.
   std::optional<int64_t> max_model_len;
+  // Speculative decoding (SchedulerConfig).
+  int32_t num_speculative_tokens = 0;
+  int32_t speculative_disable_by_batch_size = 0;
 };
 
+// With `draft`, the KV capacity rule counts its weights and KV (kv_capacity.h).
 SchedulerConfig resolve_scheduler_config(const SchedulerSettings& settings, const ModelSpec& model,
-                                         const HardwareSpec& hardware);
+                                         const HardwareSpec& hardware, const DraftModel* draft = nullptr);
 
 struct SimulationSetup {
   ModelSpec model;
@@ -46,12 +53,17 @@ struct SimulationSetup {
   WorkloadSpec workload;
   SloTargets slo;
   bool keep_iterations = true;
+  // Speculative decoding (scheduler.num_speculative_tokens > 0): the draft
+  // and the acceptance model (sim/speculative_cost.h).
+  std::optional<DraftModel> draft;
+  std::optional<AcceptanceModel> acceptance;
 };
 
 struct SimulationOutput {
   SchedulerConfig scheduler;  // as resolved
   RunRecords records;
   RunSummary summary;
+  std::optional<SpeculativeStats> speculative;  // a speculative run's statistics
 };
 
 SimulationOutput simulate(const SimulationSetup& setup,
@@ -70,6 +82,11 @@ SimulationOutput simulate_with_executor(const SimulationSetup& setup, const Work
 nlohmann::json model_to_json(const ModelSpec& model);
 nlohmann::json scheduler_to_json(const SchedulerConfig& config, double gpu_memory_utilization);
 nlohmann::json workload_to_json(const WorkloadSpec& workload);
+
+// summary.json's config.speculative: k, the batch size that disables it, the
+// draft and the acceptance model (null when absent, as in a real run).
+nlohmann::json speculative_to_json(const SchedulerConfig& config, const DraftModel* draft,
+                                   const AcceptanceModel* acceptance);
 
 // Every setting of the run, for summary.json's "config".
 nlohmann::json setup_to_json(const SimulationSetup& setup, const SchedulerConfig& resolved);

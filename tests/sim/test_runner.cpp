@@ -248,17 +248,18 @@ TEST_CASE("Closed loop keeps its clients busy and survives runs of rejections", 
 }
 
 TEST_CASE("Multi-token emissions are clamped to the requested output", "[runner]") {
-  // Every sampling decode reports 3 tokens. The scheduler has no speculative
-  // mode yet (its decodes carry one query token), so only what holds for any
-  // multi-token emission is checked: no request gets more tokens than it
-  // asked for, and tokens, emissions and gaps are counted apart.
+  // Speculation with k = 2 and every draft accepted: each sampling decode
+  // reports 3 tokens, fewer near a request's end. Checked: no request gets
+  // more tokens than it asked for, and tokens, emissions and gaps are
+  // counted apart.
   Workload w;
   w.requests = {request(0, 0.0, 64, 11), request(1, 0.0, 64, 12), request(2, 0.0, 64, 1),
                 request(3, 0.5, 16, 40)};
   FixedCostExecutor ex(1e-3, 1e-5);
   ex.decode_emit = 3;
-  RunRecords rec =
-      run(scheduler_config(SchedulerPolicy::Chunked, 64, 512, 16, 10000, 4096, 0.01), ex, w, true);
+  SchedulerConfig config = scheduler_config(SchedulerPolicy::Chunked, 64, 512, 16, 10000, 4096, 0.01);
+  config.num_speculative_tokens = 2;
+  RunRecords rec = run(config, ex, w, true);
   int64_t gaps = 0, tokens = 0;
   for (const RequestRecord& r : rec.requests) {
     INFO("request " << r.id);

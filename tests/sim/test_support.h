@@ -93,7 +93,8 @@ class TempDir {
 
 // An executor whose iterations take overhead + per_token * the plan's tokens.
 // Optional, off by default: record every plan's aggregates (`record_plans`),
-// emit `decode_emit` tokens per sampling decode (speculative-style), and end
+// emit up to `decode_emit` tokens per sampling decode (speculative-style:
+// at most its query tokens, so every draft accepted), and end
 // request `eos_id` once it has `eos_after` tokens (end of sequence).
 class FixedCostExecutor final : public Executor {
  public:
@@ -118,7 +119,8 @@ class FixedCostExecutor final : public Executor {
     }
     if (decode_emit > 1 || eos_id >= 0) {
       for (const auto& s : plan.sequences) {
-        int32_t n = s.samples ? (s.is_prefill ? 1 : decode_emit) : 0;
+        // A decode emits at most its query tokens (accepted drafts + 1).
+        int32_t n = s.samples ? (s.is_prefill ? 1 : std::min(decode_emit, s.num_query_tokens)) : 0;
         result.emitted_tokens.push_back(n);
         emitted[s.request_id] += n;
         result.finished.push_back(s.request_id == eos_id && emitted[s.request_id] >= eos_after);
