@@ -9,6 +9,9 @@ int simulate_command(int argc, const char* const* argv);
 int run_command(int argc, const char* const* argv);
 int calibrate_command(int argc, const char* const* argv);
 int validate_command(int argc, const char* const* argv);
+// `program` is servesim's argv[0]: sweep runs each point as a child process of
+// this binary (/proc/self/exe where readable, else `program`).
+int sweep_command(int argc, const char* const* argv, const char* program);
 int models_command(int argc, const char* const* argv);
 int hardware_command(int argc, const char* const* argv);
 

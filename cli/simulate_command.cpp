@@ -31,7 +31,8 @@ double fp32_kv_bytes_per_token(const ModelSpec& m) {
 }
 
 po::options_description speculative_options() {
-  po::options_description o("Speculative decoding (with --num-speculative-tokens K >= 1)", kHelpWidth);
+  po::options_description o("Speculative decoding (with --num-speculative-tokens K >= 1; with K = 0 these "
+                            "flags are checked but unused, so a sweep over K can include 0)", kHelpWidth);
   o.add_options()
       ("draft-model", po::value<std::string>(),
        "the draft: a preset or a config.json, costed like the target (same --hardware, or its own "
@@ -137,9 +138,15 @@ int simulate_command(int argc, const char* const* argv) {
   setup.draft = draft_from(vm, setup.model);
   setup.acceptance = acceptance_from(vm);
   const int32_t k = setup.scheduler.num_speculative_tokens;
+  if (k == 0) {
+    // Speculation off: the draft and acceptance flags are checked above but
+    // not used, so one sweep over K can include K = 0 as its baseline.
+    setup.draft.reset();
+    setup.acceptance.reset();
+  }
   check_speculative_flags(k, setup.draft.has_value(), setup.acceptance.has_value(), true);
   if (setup.acceptance) setup.acceptance->require_covers(k);
-  if (vm.count("draft-profile") && !(use_profile && setup.draft && !setup.draft->shares_target_weights))
+  if (vm.count("draft-profile") && !(use_profile && vm.count("draft-model")))
     throw InputError("--draft-profile applies with --profile and --draft-model");
   const bool quiet = vm.count("quiet") > 0;
 

@@ -125,14 +125,26 @@ def sim_spec_disable_by_batch_size(ctx):
 
 
 @case
+def sim_spec_k0_is_plain(ctx):
+    # With K = 0 the draft and acceptance flags are accepted (a sweep over K
+    # includes its baseline) and change nothing.
+    plain = ctx.simulate(*SPEC, "--json").stdout
+    k0 = ctx.simulate(*SPEC, "--json", "--num-speculative-tokens", "0", "--draft-model", "llama-3.2-1b",
+                      "--acceptance-rate", "0.8").stdout
+    a, b = json.loads(plain), json.loads(k0)
+    check("speculative" not in b, "a K = 0 run reports speculation")
+    check(a["tpot_s"] == b["tpot_s"] and a["ttft_s"] == b["ttft_s"], "K = 0 with a draft differs from no draft")
+    # ...but they are still checked.
+    expect_input_error(ctx, ["simulate", "--num-requests", "10", "--draft-model", "qwen2.5-7b"], ["vocabulary"])
+
+
+@case
 def sim_spec_errors(ctx):
     base = ["simulate", "--num-requests", "10"]
     expect_input_error(ctx, base + ["--num-speculative-tokens", "2", "--acceptance-rate", "0.5"],
                        ["--draft-model", "--self-draft-layers"])
     expect_input_error(ctx, base + ["--num-speculative-tokens", "2", "--draft-model", "llama-3.2-1b"],
                        ["--acceptance-rate"])
-    expect_input_error(ctx, base + ["--draft-model", "llama-3.2-1b"], ["--num-speculative-tokens"])
-    expect_input_error(ctx, base + ["--acceptance-rate", "0.5"], ["--num-speculative-tokens"])
     expect_input_error(ctx, base + ["--num-speculative-tokens", "2", "--draft-model", "llama-3.2-1b",
                                     "--self-draft-layers", "4", "--acceptance-rate", "0.5"], ["not both"])
     expect_input_error(ctx, base + ["--num-speculative-tokens", "-1"], ["--num-speculative-tokens"])

@@ -1,0 +1,617 @@
+// `servesim sweep`: run `servesim simulate` over a grid of settings, one
+// child process per point (the same binary), up to --jobs at once; write one
+// CSV row per point with its summary metrics, rank the points by an
+// objective under constraints and name the best.
+//
+// Points run as subprocesses rather than in-process calls so that every
+// simulate flag is sweepable without sweep knowing simulate's internals, and
+// a point that fails (bad value, weights that do not fit) cannot take the
+// sweep down with it.
+#include <fcntl.h>
+#include <poll.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "cli/common_options.h"
+#include "cli/output.h"
+#include "cli/sweep_grid.h"
+#include "sim/errors.h"
+
+extern char** environ;
+
+namespace servesim::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+// ------------------------------------------------------------ subprocesses
+
+struct ProcessResult {
+  int exit_code = -1;  // when the child exited
+  int signal = 0;      // when a signal killed it
+  std::string out, err;
+};
+
+// This binary: /proc/self/exe, else argv[0] looked up on PATH.
+struct Executable {
+  std::string path;
+  bool search_path = false;
+};
+
+Executable self_executable(const char* argv0) {
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) return {self.string(), false};
+  return {argv0, std::string(argv0).find('/') == std::string::npos};
+}
+
+std::runtime_error system_error(const std::string& what, int err) {
+  return std::runtime_error(fmt::format("{}: {}", what, std::strerror(err)));
+}
+
+// Runs exe with args (no shell), stdin from /dev/null, and returns what it
+// wrote to stdout and stderr. Safe to call from several threads: the pipes are
+// close-on-exec, so no child inherits another child's pipe.
+ProcessResult run_process(const Executable& exe, const std::vector<std::string>& args) {
+  int out_pipe[2], err_pipe[2];
+  if (pipe2(out_pipe, O_CLOEXEC) != 0) throw system_error("pipe", errno);
+  if (pipe2(err_pipe, O_CLOEXEC) != 0) {
+    const int e = errno;
+    close(out_pipe[0]);
+    close(out_pipe[1]);
+    throw system_error("pipe", e);
+  }
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&actions, out_pipe[1], 1);
+  posix_spawn_file_actions_adddup2(&actions, err_pipe[1], 2);
+  std::vector<char*> argv;
+  argv.push_back(const_cast<char*>(exe.path.c_str()));
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  const int spawned = exe.search_path
+                          ? posix_spawnp(&pid, exe.path.c_str(), &actions, nullptr, argv.data(), environ)
+                          : posix_spawn(&pid, exe.path.c_str(), &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  close(out_pipe[1]);
+  close(err_pipe[1]);
+  if (spawned != 0) {
+    close(out_pipe[0]);
+    close(err_pipe[0]);
+    throw system_error(fmt::format("cannot start {}", exe.path), spawned);
+  }
+
+  // Drain both pipes together: a child blocked on a full stderr pipe would
+  // otherwise never close stdout.
+  ProcessResult result;
+  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
+  std::string* sinks[2] = {&result.out, &result.err};
+  int open_fds = 2;
+  char buffer[65536];
+  while (open_fds > 0) {
+    if (poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      throw system_error("poll", errno);
+    }
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || fds[i].revents == 0) continue;
+      const ssize_t n = read(fds[i].fd, buffer, sizeof buffer);
+      if (n > 0) {
+        sinks[i]->append(buffer, size_t(n));
+      } else if (n == 0 || errno != EINTR) {
+        close(fds[i].fd);
+        fds[i].fd = -1;  // poll ignores negative descriptors
+        --open_fds;
+      }
+    }
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) throw system_error("waitpid", errno);
+  if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) result.signal = WTERMSIG(status);
+  return result;
+}
+
+// ------------------------------------------------------------ the points
+
+struct Point {
+  std::vector<std::string> values;  // one per axis
+  std::vector<std::string> args;    // simulate's arguments
+  PointOutcome outcome;
+  int exit_code = 0;  // simulate's; 1 where it could not start or printed no summary
+  std::string error;  // why it failed: the first line simulate wrote to stderr
+};
+
+std::string first_line(const std::string& text) {
+  size_t start = text.find_first_not_of(" \t\r\n");
+  if (start == std::string::npos) return {};
+  const size_t end = text.find_first_of("\r\n", start);
+  return text.substr(start, end == std::string::npos ? std::string::npos : end - start);
+}
+
+void run_point(const Executable& exe, Point& p) {
+  ProcessResult r;
+  try {
+    r = run_process(exe, p.args);
+  } catch (const std::exception& e) {
+    p.exit_code = 1;
+    p.error = e.what();
+    return;
+  }
+  if (r.signal != 0 || r.exit_code != 0) {
+    p.exit_code = r.signal != 0 ? 1 : r.exit_code;
+    p.error = first_line(r.err);
+    // Drop simulate's own prefix: the sweep's messages say where it came from.
+    for (const char* prefix : {"servesim simulate: error: ", "servesim simulate: "})
+      if (p.error.rfind(prefix, 0) == 0) {
+        p.error.erase(0, std::strlen(prefix));
+        break;
+      }
+    if (p.error.empty())
+      p.error = r.signal != 0 ? fmt::format("simulate was killed by signal {}", r.signal)
+                              : fmt::format("simulate exited with status {}", r.exit_code);
+    return;
+  }
+  try {
+    p.outcome.summary = nlohmann::json::parse(r.out);
+    p.outcome.ok = p.outcome.summary.is_object();
+  } catch (const nlohmann::json::exception&) {
+  }
+  if (!p.outcome.ok) {
+    p.exit_code = 1;
+    p.error = "simulate exited 0 but printed no summary JSON";
+  }
+}
+
+// "sweep: 12/40 points done" on stderr: one overwritten line on a terminal,
+// a line per point otherwise; nothing with --quiet. Thread-safe.
+class Progress {
+ public:
+  Progress(size_t total, bool quiet) : total_(total), quiet_(quiet), terminal_(stderr_is_terminal()) {}
+  ~Progress() {
+    if (!quiet_ && terminal_ && done_ > 0) std::fputs("\n", stderr);
+  }
+  void point_done() {
+    if (quiet_) return;
+    const std::lock_guard<std::mutex> lock(mutex_);
+    std::fprintf(stderr, "%ssweep: %zu/%zu points done%s", terminal_ ? "\r" : "", ++done_, total_,
+                 terminal_ ? "" : "\n");
+    std::fflush(stderr);
+  }
+
+ private:
+  std::mutex mutex_;
+  size_t done_ = 0;
+  const size_t total_;
+  const bool quiet_, terminal_;
+};
+
+// Runs points[first..] on `jobs` threads, each driving one child at a time.
+void run_points(const Executable& exe, std::vector<Point>& points, size_t first, size_t jobs, Progress& progress) {
+  std::atomic<size_t> next{first};
+  auto worker = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < points.size();) {
+      run_point(exe, points[i]);
+      progress.point_done();
+    }
+  };
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < std::min(jobs, points.size() - first); ++t) threads.emplace_back(worker);
+  for (std::thread& t : threads) t.join();
+}
+
+// ------------------------------------------------------------ outputs
+
+std::string status_of(const Point& p) {
+  if (!p.outcome.ok) return "error";
+  return p.outcome.rank ? "ok" : "infeasible";
+}
+
+void append_csv_row(std::string& csv, const std::vector<std::string>& cells) {
+  for (size_t i = 0; i < cells.size(); ++i) {
+    if (i > 0) csv += ',';
+    csv += csv_cell(cells[i]);
+  }
+  csv += '\n';
+}
+
+std::string sweep_csv(const std::vector<GridAxis>& axes, const std::vector<Point>& points) {
+  std::string csv;
+  std::vector<std::string> header;
+  for (const GridAxis& a : axes) header.push_back(a.flag);
+  header.insert(header.end(), {"status", "rank"});
+  for (const MetricColumn& c : metric_columns()) header.push_back(c.name);
+  header.push_back("error");
+  append_csv_row(csv, header);
+  for (const Point& p : points) {
+    std::vector<std::string> row = p.values;
+    row.push_back(status_of(p));
+    row.push_back(p.outcome.rank ? fmt::format("{}", *p.outcome.rank) : std::string());
+    for (const MetricColumn& c : metric_columns())
+      row.push_back(p.outcome.ok ? metric_cell(p.outcome.summary, c) : std::string());
+    row.push_back(p.error);
+    append_csv_row(csv, row);
+  }
+  return csv;
+}
+
+nlohmann::json sweep_json(const std::vector<GridAxis>& axes, const std::vector<std::string>& base,
+                          const Objective& objective, const std::vector<Constraint>& constraints,
+                          const std::vector<Point>& points, const std::vector<size_t>& ranking) {
+  nlohmann::json j;
+  j["grid"] = nlohmann::json::array();
+  for (const GridAxis& a : axes) j["grid"].push_back({{"flag", a.flag}, {"values", a.values}});
+  j["base_args"] = base;
+  j["objective"] = {{"name", objective.name},
+                    {"column", objective.column->name},
+                    {"direction", objective.maximize ? "max" : "min"}};
+  j["constraints"] = nlohmann::json::array();
+  for (const Constraint& c : constraints) j["constraints"].push_back(c.text);
+  j["points"] = nlohmann::json::array();
+  for (size_t i = 0; i < points.size(); ++i) {
+    const Point& p = points[i];
+    nlohmann::json pj;
+    pj["index"] = i;
+    pj["values"] = nlohmann::json::object();
+    for (size_t a = 0; a < axes.size(); ++a) pj["values"][axes[a].flag] = p.values[a];
+    pj["args"] = p.args;
+    pj["status"] = status_of(p);
+    pj["rank"] = p.outcome.rank ? nlohmann::json(*p.outcome.rank) : nlohmann::json();
+    if (p.outcome.ok) {
+      pj["objective"] = p.outcome.objective ? nlohmann::json(*p.outcome.objective) : nlohmann::json();
+      pj["violations"] = p.outcome.violations;
+      pj["summary"] = p.outcome.summary;
+    } else {
+      pj["error"] = p.error;
+      pj["exit_code"] = p.exit_code;
+    }
+    j["points"].push_back(std::move(pj));
+  }
+  j["ranking"] = ranking;
+  j["best"] = ranking.empty() ? nlohmann::json() : nlohmann::json(ranking.front());
+  return j;
+}
+
+// A metric for the table: latencies in ms.
+std::string table_value(const MetricColumn& c, std::optional<double> v) {
+  if (!v) return "-";
+  if (c.seconds) return fmt::format("{:.2f}", *v * 1e3);
+  if (c.name == "output_tokens_per_s") return fmt::format("{:.1f}", *v);
+  if (c.name.find("requests_per_s") != std::string::npos) return fmt::format("{:.3f}", *v);
+  return fmt::format("{:.4g}", *v);
+}
+
+std::string column_title(const MetricColumn& c) {
+  if (c.name == "output_tokens_per_s") return "output tok/s";
+  if (c.name == "requests_per_s") return "req/s";
+  if (c.name == "goodput_requests_per_s") return "goodput req/s";
+  std::string t = c.name;
+  if (c.seconds) t = t.substr(0, t.size() - 2) + " ms";  // drop "_s"
+  return t;
+}
+
+// With units, for the "best:" line.
+std::string describe_value(const MetricColumn& c, double v) {
+  if (c.seconds) return fmt::format("{:.2f} ms {}", v * 1e3, c.name.substr(0, c.name.size() - 2));
+  return fmt::format("{} {}", table_value(c, v), column_title(c));
+}
+
+constexpr size_t kTableRows = 20;
+
+void print_table(const std::vector<GridAxis>& axes, const Objective& objective,
+                 const std::vector<Constraint>& constraints, const std::vector<Point>& points,
+                 const std::vector<size_t>& ranking, const std::string& out_dir) {
+  std::vector<const MetricColumn*> shown = {objective.column};
+  const bool slo = std::any_of(points.begin(), points.end(), [](const Point& p) {
+    return p.outcome.ok && p.outcome.summary.contains("goodput_requests_per_s");
+  });
+  std::vector<std::string> extra = {"output_tokens_per_s", "ttft_p50_s", "ttft_p90_s", "tpot_p50_s",
+                                    "tpot_p90_s"};
+  if (slo) extra.insert(extra.begin() + 1, "goodput_requests_per_s");
+  for (const std::string& name : extra)
+    if (name != objective.column->name) shown.push_back(find_metric_column(name));
+
+  // Ranked points best first, then the infeasible and the failed ones in grid
+  // order; only the first kTableRows of those are shown.
+  std::vector<size_t> order = ranking;
+  for (size_t i = 0; i < points.size(); ++i)
+    if (!points[i].outcome.rank) order.push_back(i);
+  if (order.size() > kTableRows) order.erase(order.begin() + kTableRows, order.end());
+
+  std::vector<std::vector<std::string>> rows;
+  std::vector<std::string> header = {"rank"};
+  for (const GridAxis& a : axes) header.push_back(a.flag);
+  for (const MetricColumn* c : shown) header.push_back(column_title(*c));
+  header.push_back("status");
+  rows.push_back(header);
+  for (const size_t i : order) {
+    const Point& p = points[i];
+    std::vector<std::string> row = {p.outcome.rank ? fmt::format("{}", *p.outcome.rank) : "-"};
+    for (const std::string& v : p.values) row.push_back(v);
+    for (const MetricColumn* c : shown)
+      row.push_back(table_value(*c, p.outcome.ok ? metric_value(p.outcome.summary, *c) : std::nullopt));
+    std::string status = status_of(p);
+    if (!p.outcome.ok) status += ": " + p.error;
+    if (!p.outcome.violations.empty()) {
+      status += ": violates";
+      for (const std::string& v : p.outcome.violations) status += " " + v;
+    }
+    row.push_back(status);
+    rows.push_back(std::move(row));
+  }
+  std::vector<size_t> width(header.size(), 0);
+  for (const auto& row : rows)
+    for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+
+  std::string text = fmt::format("servesim sweep: {} points over", points.size());
+  for (size_t a = 0; a < axes.size(); ++a)
+    text += fmt::format("{} {} ({} values)", a ? " x" : "", axes[a].flag, axes[a].values.size());
+  text += fmt::format("; objective {} ({}, {} is better)", objective.name, objective.column->name,
+                      objective.maximize ? "higher" : "lower");
+  if (!constraints.empty()) {
+    text += "; constraints";
+    for (const Constraint& c : constraints) text += " " + c.text;
+  }
+  text += "\n";
+  for (const auto& row : rows) {
+    std::string line = " ";
+    // Every column right-aligned but the last (status), which is free text.
+    for (size_t c = 0; c + 1 < row.size(); ++c) line += fmt::format(" {:>{}}", row[c], width[c]);
+    line += "  " + row.back();
+    text += line + "\n";
+  }
+  if (order.size() < points.size())
+    text += fmt::format("  ... {} more points in {}/sweep.csv\n", points.size() - order.size(), out_dir);
+  if (ranking.empty()) {
+    text += "best: none: no point succeeded and met every constraint\n";
+  } else {
+    const Point& best = points[ranking.front()];
+    text += fmt::format("best: {} -> {}\n", point_label(axes, best.values),
+                        describe_value(*objective.column, *best.outcome.objective));
+  }
+  text += fmt::format("outputs {}/{{sweep.csv,sweep.json}}\n", out_dir);
+  std::cout << text;
+}
+
+void write_file(const fs::path& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary);
+  f << text;
+  f.close();
+  if (!f) throw InputError(fmt::format("{}: cannot write", path.string()));
+}
+
+// ------------------------------------------------------------ flags
+
+constexpr const char* kUsage =
+    "servesim sweep: run `servesim simulate` over a grid of settings and rank the points\n"
+    "\n"
+    "usage: servesim sweep --grid FLAG=V1,V2,... [--grid ...] [sweep flags] -- [simulate flags]\n"
+    "\n"
+    "Every point runs `servesim simulate --quiet --json [simulate flags] --FLAG=VALUE ...` as a child\n"
+    "process, up to --jobs at once. The grid is the Cartesian product of the --grid axes (the first\n"
+    "axis outermost); any simulate flag can be an axis. The flags after `--` are given to every point\n"
+    "unchanged and may not name an axis. Outputs, in --out:\n"
+    "  sweep.csv   one row per point in grid order: the axis values, status (ok | infeasible | error),\n"
+    "              rank (1 = best; empty where infeasible or failed), the metrics of the point's\n"
+    "              summary.json (requests_*, output_tokens_per_s, requests_per_s,\n"
+    "              goodput_requests_per_s, {ttft,tpot,itl,e2e,queueing}_{mean,p50,p90,p95,p99}_s,\n"
+    "              preemptions, speculative_mean_accepted_tokens_per_step, ...; empty where the\n"
+    "              summary has none), and error (the first line simulate wrote on failure)\n"
+    "  sweep.json  the grid, the simulate flags, objective, constraints, every point's arguments and\n"
+    "              full summary, and the ranking\n"
+    "A point that fails is an error row, not the end of the sweep; but the first point runs alone\n"
+    "first, and if simulate refuses it as bad input (exit 2) the sweep stops with simulate's message.\n"
+    "The same command gives byte-identical outputs whatever --jobs is.\n"
+    "\n"
+    "examples:\n"
+    "  servesim sweep --grid rate=2,4,8,16 --grid max-num-seqs=8,32,128 --out runs/capacity \\\n"
+    "      --objective max-goodput -- --num-requests 500 --slo-ttft 500ms --slo-tpot 30ms\n"
+    "  servesim sweep --grid num-speculative-tokens=1..8 --grid max-num-seqs=1,8,32,128 \\\n"
+    "      --objective min-tpot-p50 --constraint ttft_p90_s<=1s --out runs/k \\\n"
+    "      -- --rate 4 --draft-model llama-3.2-1b --acceptance-rate 0.8\n"
+    "\n"
+    "Sweep flags";
+
+struct SweepOptions {
+  std::vector<GridAxis> axes;
+  Objective objective;
+  std::vector<Constraint> constraints;
+  std::vector<std::string> base;  // simulate's flags, after `--`
+  size_t jobs = 1;
+  std::string out_dir;
+  bool keep_points = false, json = false, quiet = false;
+};
+
+// Parses sweep's own flags (before `--`); nullopt after printing --help.
+std::optional<SweepOptions> parse_sweep_flags(int argc, const char* const* argv) {
+  // Everything after the first "--" goes to simulate unchanged.
+  SweepOptions s;
+  int own_argc = argc;
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], "--") == 0) {
+      own_argc = i;
+      s.base.assign(argv + i + 1, argv + argc);
+      break;
+    }
+
+  po::options_description o(kUsage, kHelpWidth);
+  o.add_options()
+      ("help,h", "show this help")
+      ("grid", po::value<std::vector<std::string>>(),
+       "FLAG=V1,V2,...: an axis, a simulate flag without its dashes and its values (repeat for more "
+       "axes). Values are separated by commas, or by semicolons where a value holds commas "
+       "(acceptance-curve=0.9,0.8;0.7,0.5). LO..HI and LO..HI:STEP are integer ranges, HI included "
+       "(num-speculative-tokens=0..8, max-num-seqs=16..128:16)")
+      ("jobs,j", po::value<int>(), "points run at once (default: the number of cores)")
+      ("objective", po::value<std::string>()->default_value("max-throughput"),
+       ("what ranks the points: " + objectives_help()).c_str())
+      ("constraint", po::value<std::vector<std::string>>(),
+       "COLUMN<=VALUE (or <, >=, >) on a metric column of sweep.csv; a point breaking it is "
+       "'infeasible' and not ranked (repeatable). Duration columns (*_s) take units as --slo-* do: "
+       "tpot_p90_s<=50ms, ttft_p99_s<=1s; others plain numbers: requests_rejected<=0")
+      ("out", po::value<std::string>()->default_value("runs/sweep"), "write sweep.csv and sweep.json here")
+      ("keep-points", "also keep every point's own outputs (simulate --out) in OUT/points/INDEX")
+      ("json", "print sweep.json to stdout instead of the table")
+      ("quiet,q", "no progress on stderr");
+
+  po::variables_map vm;
+  try {
+    const auto parsed = po::command_line_parser(own_argc, argv).options(o).allow_unregistered().run();
+    po::store(parsed, vm);
+    po::notify(vm);
+    const auto unknown = po::collect_unrecognized(parsed.options, po::include_positional);
+    if (!unknown.empty())
+      throw InputError(fmt::format("'{}' is not a sweep flag; simulate's flags go after `--` (servesim sweep "
+                                   "--grid rate=2,4 -- --num-requests 100)",
+                                   unknown.front()));
+  } catch (const po::error& e) {
+    throw InputError(e.what());
+  }
+  if (vm.count("help")) {
+    std::cout << o << "\nExit status: 0 success, also when some points failed (their status is 'error'); 2 bad\n"
+                      "input (the message says which); 1 runtime failure, or every point failed.\n";
+    return std::nullopt;
+  }
+
+  s.axes = parse_grid(vm.count("grid") ? vm["grid"].as<std::vector<std::string>>() : std::vector<std::string>{});
+  s.objective = parse_objective(vm["objective"].as<std::string>());
+  if (vm.count("constraint"))
+    for (const std::string& text : vm["constraint"].as<std::vector<std::string>>())
+      s.constraints.push_back(parse_constraint(text));
+  s.jobs = std::max(1u, std::thread::hardware_concurrency());
+  if (vm.count("jobs")) {
+    const int j = vm["jobs"].as<int>();
+    if (j < 1) throw InputError(fmt::format("--jobs must be >= 1 (got {})", j));
+    s.jobs = size_t(j);
+  }
+  s.out_dir = vm["out"].as<std::string>();
+  s.keep_points = vm.count("keep-points") > 0;
+  s.json = vm.count("json") > 0;
+  s.quiet = vm.count("quiet") > 0;
+
+  // The simulate flags may not set what sweep sets, nor an axis.
+  for (const std::string& arg : s.base) {
+    std::string flag = arg.rfind("--", 0) == 0 ? arg.substr(2, arg.find('=') - 2) : "";
+    if (arg == "-q" || arg == "-h") flag = arg.substr(1);
+    if (flag == "out" || flag == "json" || flag == "quiet" || flag == "q" || flag == "help" || flag == "h")
+      throw InputError(fmt::format("{} after `--`: sweep sets --quiet and --json of every point itself; use "
+                                   "sweep's --out (and --keep-points) before `--`",
+                                   arg));
+    for (const GridAxis& a : s.axes)
+      if (flag == a.flag)
+        throw InputError(fmt::format("--{} is both a --grid axis and a simulate flag after `--`; drop one", flag));
+  }
+  return s;
+}
+
+// The points in grid order, each with its simulate arguments.
+std::vector<Point> make_points(const SweepOptions& s) {
+  const auto grid = grid_points(s.axes);
+  std::vector<Point> points(grid.size());
+  const size_t index_width = fmt::format("{}", grid.size() - 1).size();
+  for (size_t i = 0; i < grid.size(); ++i) {
+    Point& p = points[i];
+    p.values = grid[i];
+    p.args = {"simulate", "--quiet", "--json"};
+    if (s.keep_points) {
+      const fs::path folder = fs::path(s.out_dir) / "points" / fmt::format("{:0{}}", i, index_width);
+      p.args.push_back("--out=" + folder.string());
+    }
+    p.args.insert(p.args.end(), s.base.begin(), s.base.end());
+    // --FLAG=VALUE in one word: a value like "-1" is then not read as a flag.
+    for (size_t a = 0; a < s.axes.size(); ++a)
+      p.args.push_back(fmt::format("--{}={}", s.axes[a].flag, p.values[a]));
+  }
+  return points;
+}
+
+// After the first point: what makes every point unusable is bad input.
+void check_first_point(const SweepOptions& s, const Point& first) {
+  if (!first.outcome.ok && first.exit_code == 2)
+    throw InputError(fmt::format("simulate refused the first point ({}) as bad input: {}",
+                                 point_label(s.axes, first.values), first.error));
+  if (!first.outcome.ok) return;
+  // Goodput columns exist only with an SLO, for every point or none.
+  std::vector<std::pair<std::string, const MetricColumn*>> used = {
+      {"--objective " + s.objective.name, s.objective.column}};
+  for (const Constraint& c : s.constraints) used.push_back({"--constraint " + c.text, c.column});
+  for (const auto& [what, column] : used)
+    if (column->needs_slo && !metric_value(first.outcome.summary, *column))
+      throw InputError(fmt::format("{} needs goodput: give an SLO in the simulate flags after `--` (--slo-ttft, "
+                                   "--slo-tpot or --slo-e2e)",
+                                   what));
+}
+
+}  // namespace
+
+int sweep_command(int argc, const char* const* argv, const char* program) {
+  const std::optional<SweepOptions> options = parse_sweep_flags(argc, argv);
+  if (!options) return 0;  // --help
+  const SweepOptions& s = *options;
+  std::vector<Point> points = make_points(s);
+
+  // The first point alone: bad input shared by every point (a bad simulate
+  // flag, an unknown axis flag) then stops the sweep with simulate's message
+  // instead of filling every row with it.
+  const Executable exe = self_executable(program);
+  if (!s.quiet)
+    std::fprintf(stderr, "sweep: %zu points, %zu at once\n", points.size(), std::min(s.jobs, points.size()));
+  {
+    Progress progress(points.size(), s.quiet);
+    run_point(exe, points[0]);
+    check_first_point(s, points[0]);
+    progress.point_done();
+    run_points(exe, points, 1, s.jobs, progress);
+  }
+
+  std::vector<PointOutcome> outcomes;
+  for (Point& p : points) outcomes.push_back(std::move(p.outcome));
+  const std::vector<size_t> ranking = rank_points(outcomes, s.objective, s.constraints);
+  for (size_t i = 0; i < points.size(); ++i) points[i].outcome = std::move(outcomes[i]);
+
+  std::error_code ec;
+  fs::create_directories(s.out_dir, ec);
+  if (ec) throw InputError(fmt::format("--out: cannot create folder '{}': {}", s.out_dir, ec.message()));
+  const nlohmann::json report = sweep_json(s.axes, s.base, s.objective, s.constraints, points, ranking);
+  write_file(fs::path(s.out_dir) / "sweep.csv", sweep_csv(s.axes, points));
+  write_file(fs::path(s.out_dir) / "sweep.json", report.dump(2) + "\n");
+  if (s.json)
+    std::cout << report.dump(2) << "\n";
+  else
+    print_table(s.axes, s.objective, s.constraints, points, ranking, s.out_dir);
+  std::cout.flush();
+
+  const size_t failed =
+      size_t(std::count_if(points.begin(), points.end(), [](const Point& p) { return !p.outcome.ok; }));
+  if (failed == points.size()) {
+    // Not bad input (the first point would have said so): every run failed.
+    std::fprintf(stderr, "servesim sweep: error: every point failed; the first: %s\n", points[0].error.c_str());
+    return 1;
+  }
+  if (failed > 0)
+    std::fprintf(stderr, "sweep: %zu of %zu points failed; see the error column of %s/sweep.csv\n", failed,
+                 points.size(), s.out_dir.c_str());
+  return 0;
+}
+
+}  // namespace servesim::cli
