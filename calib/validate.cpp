@@ -80,6 +80,8 @@ void rebuild_plan(const RecordedIteration& iteration, int64_t index, int32_t blo
     seq.num_cached_tokens = s.num_cached_tokens;
     seq.is_prefill = s.is_prefill;
     seq.samples = s.samples;
+    // A decode samples every query row (its drafts' and the bonus's).
+    seq.num_sample_rows = !s.samples ? 0 : s.is_prefill ? 1 : s.num_query_tokens;
     seq.block_table = std::span<const int32_t>(block_storage.data(), size_t(blocks_of(s)));
     plan.add(seq);
   }
@@ -96,6 +98,25 @@ std::vector<double> cost_iterations(const std::vector<RecordedIteration>& iterat
     rebuild_plan(iterations[k], int64_t(k), block_size, plan, blocks);
     result.reset();
     model.execute(plan, result);
+    costs.push_back(result.duration_s);
+  }
+  return costs;
+}
+
+std::vector<double> cost_iterations(const std::vector<RecordedIteration>& iterations,
+                                    SpeculativeCostModel& model, int32_t block_size) {
+  std::vector<double> costs;
+  costs.reserve(iterations.size());
+  IterationPlan plan;
+  IterationResult result;
+  std::vector<int32_t> blocks, accepted;
+  for (size_t k = 0; k < iterations.size(); ++k) {
+    rebuild_plan(iterations[k], int64_t(k), block_size, plan, blocks);
+    accepted.clear();
+    for (const RecordedSequence& s : iterations[k].sequences)
+      accepted.push_back(!s.is_prefill && s.emitted_tokens > 0 ? s.emitted_tokens - 1 : 0);
+    result.reset();
+    model.execute_with_accepted(plan, accepted, result);
     costs.push_back(result.duration_s);
   }
   return costs;
@@ -239,12 +260,38 @@ ValidationMode parse_validation_mode(const std::string& name) {
 
 const char* to_string(ValidationMode mode) { return mode == ValidationMode::Replay ? "replay" : "predict"; }
 
+AcceptanceModel measured_acceptance(const SpeculativeSetup& setup, const SpeculativeStats& measured) {
+  if (setup.acceptance_rate) return AcceptanceModel::independent(*setup.acceptance_rate);
+  int64_t full_steps = 0;
+  for (int64_t n : measured.accepted_length_histogram()) full_steps += n;
+  if (full_steps > 0) return AcceptanceModel::histogram(measured.accepted_length_histogram(), "the measured run");
+  return AcceptanceModel::curve(measured.acceptance_rate_per_position());
+}
+
+namespace {
+
+// The draft's cost model of a speculative validation (see run_validation).
+std::optional<ProfileModel> draft_cost_model(const EngineSetup& setup, const DeviceProfile& profile,
+                                             const std::string& profile_source,
+                                             const DeviceProfile* draft_profile) {
+  const std::optional<ModelSpec> draft = draft_model_spec(setup.speculative, setup.model);
+  if (!draft || setup.scheduler.num_speculative_tokens == 0) return std::nullopt;
+  if (setup.speculative.self_draft_layers > 0) return ProfileModel::for_layers(profile, *draft, profile_source);
+  if (!draft_profile)
+    throw InputError(fmt::format("validating with the draft {} needs its profile (--draft-profile)", draft->name));
+  return ProfileModel(*draft_profile, *draft, "--draft-profile");
+}
+
+}  // namespace
+
 ValidationResult run_validation(const EngineSetup& setup, const Workload& workload,
                                 const DeviceProfile& profile, const std::string& profile_source,
-                                const ValidationCallbacks& callbacks) {
+                                const ValidationCallbacks& callbacks, const DeviceProfile* draft_profile) {
   // Refuse a profile of another model shape before serving anything.
   ProfileModel cost_model(profile, setup.model, profile_source);
   const SchedulerConfig config = engine_scheduler_config(setup);
+  std::optional<ProfileModel> draft_model = draft_cost_model(setup, profile, profile_source, draft_profile);
+  const int32_t k = config.num_speculative_tokens;
 
   ValidationResult v;
   v.profile_source = profile_source;
@@ -270,7 +317,14 @@ ValidationResult run_validation(const EngineSetup& setup, const Workload& worklo
   v.config = engine_setup_to_json(setup, v.measured);
 
   // Per iteration: the predicted cost of each real plan.
-  v.predicted_iteration_s = cost_iterations(v.iterations, cost_model, v.measured.scheduler.block_size);
+  if (k > 0) {
+    // Acceptance is given by the recording, so the model's own is not drawn.
+    SpeculativeCostModel replay_model(cost_model, *draft_model, AcceptanceModel::independent(0), k,
+                                      setup.workload.seed);
+    v.predicted_iteration_s = cost_iterations(v.iterations, replay_model, v.measured.scheduler.block_size);
+  } else {
+    v.predicted_iteration_s = cost_iterations(v.iterations, cost_model, v.measured.scheduler.block_size);
+  }
   std::vector<double> measured_s;
   std::vector<IterationKind> kinds;
   for (const RecordedIteration& it : v.iterations) {
@@ -287,10 +341,18 @@ ValidationResult run_validation(const EngineSetup& setup, const Workload& worklo
   {
     Scheduler scheduler(v.measured.scheduler);
     ProfileModel executor(profile, setup.model, profile_source);
+    std::optional<SpeculativeCostModel> speculative;
+    if (k > 0) {
+      if (!v.measured.speculative) throw std::logic_error("a speculative run reported no statistics");
+      const AcceptanceModel acceptance = measured_acceptance(setup.speculative, *v.measured.speculative);
+      v.predict_acceptance = acceptance.to_json();
+      speculative.emplace(executor, *draft_model, acceptance, k, setup.workload.seed);
+    }
     VirtualClock clock;
-    Runner runner(scheduler, executor, clock);
+    Runner runner(scheduler, speculative ? static_cast<Executor&>(*speculative) : executor, clock);
     v.predict = runner.run(workload);
     v.predict_summary = summarize_run(v.predict, setup.slo);
+    if (speculative) v.predict_speculative = *speculative->speculative_stats();
   }
   return v;
 }
@@ -423,6 +485,18 @@ nlohmann::json validation_report_json(const ValidationResult& v, ValidationMode 
   j["profile"] = v.profile_source;
   if (v.profile_saved_as) j["profile_saved_as"] = *v.profile_saved_as;
   j["cost_model"] = v.cost_model;
+  if (v.measured.speculative) {
+    // Replay re-costs the measured acceptance; predict draws its own.
+    const SpeculativeStats& ms = *v.measured.speculative;
+    const SpeculativeStats* ps = mode == ValidationMode::Predict && v.predict_speculative ? &*v.predict_speculative
+                                                                                         : &ms;
+    j["speculative"] = {
+        {"measured", ms.to_json()},
+        {"predicted", ps->to_json()},
+        {"predict_acceptance_model", v.predict_acceptance},
+        {"rel_error_mean_accepted_tokens_per_step",
+         number(rel_error(ps->mean_accepted_tokens_per_step(), ms.mean_accepted_tokens_per_step()))}};
+  }
   j["warnings"] = v.warnings;
   j["definitions"] = {
       {"rel_error", "predicted / measured - 1 (positive: the prediction is too slow)"},
@@ -475,11 +549,18 @@ void write_validation_outputs(const std::string& dir, const ValidationResult& v,
   write_text((d / "requests.csv").string(), t);
 
   SloTargets no_slo;  // goodput is not part of the comparison
-  write_run_outputs((d / "measured").string(), v.measured.records,
-                    summary_to_json(v.measured.summary, no_slo, v.config));
-  write_run_outputs((d / "replayed").string(), v.replay, summary_to_json(v.replay_summary, no_slo, predicted_config(v)));
-  write_run_outputs((d / "predicted").string(), v.predict,
-                    summary_to_json(v.predict_summary, no_slo, predicted_config(v)));
+  nlohmann::json measured = summary_to_json(v.measured.summary, no_slo, v.config);
+  nlohmann::json replayed = summary_to_json(v.replay_summary, no_slo, predicted_config(v));
+  nlohmann::json predicted = summary_to_json(v.predict_summary, no_slo, predicted_config(v));
+  if (v.measured.speculative) {
+    measured["speculative"] = replayed["speculative"] = v.measured.speculative->to_json();
+    if (v.predict_speculative) predicted["speculative"] = v.predict_speculative->to_json();
+  }
+  write_run_outputs((d / "measured").string(), v.measured.records, measured);
+  write_run_outputs((d / "replayed").string(), v.replay, replayed);
+  write_run_outputs((d / "predicted").string(), v.predict, predicted);
+  if (v.measured.speculative)
+    v.measured.speculative->write_requests_csv((d / "measured" / "speculative_requests.csv").string());
 }
 
 std::string format_validation_table(const ValidationResult& v, ValidationMode mode, const std::string& title) {
@@ -518,6 +599,14 @@ std::string format_validation_table(const ValidationResult& v, ValidationMode mo
                    pct(rel_error(o.ttft_s.mean, m.ttft_s.mean)), pct(rel_error(o.tpot_s.mean, m.tpot_s.mean)),
                    pct(rel_error(o.e2e_s.mean, m.e2e_s.mean)), pct(rel_error(o.ttft_s.p90, m.ttft_s.p90)),
                    pct(rel_error(o.tpot_s.p90, m.tpot_s.p90)));
+  if (v.measured.speculative) {
+    const SpeculativeStats& ms = *v.measured.speculative;
+    t += fmt::format("  speculation: measured {:.3f} tokens per step ({} steps, draft acceptance {:.3f})",
+                     ms.mean_accepted_tokens_per_step(), ms.steps(), ms.draft_acceptance_rate());
+    if (v.predict_speculative)
+      t += fmt::format("; predict drew {:.3f}", v.predict_speculative->mean_accepted_tokens_per_step());
+    t += "\n";
+  }
   for (const std::string& w : v.warnings) t += "  note: " + w + "\n";
   return t;
 }

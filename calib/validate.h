@@ -29,6 +29,7 @@
 #include "sim/executor.h"
 #include "sim/metrics.h"
 #include "sim/scheduler.h"
+#include "sim/speculative_cost.h"
 #include "sim/workload.h"
 
 namespace servesim {
@@ -67,6 +68,7 @@ class RecordingExecutor final : public Executor {
   std::string name() const override { return inner_.name(); }
   void execute(const IterationPlan& plan, IterationResult& result) override;
   void on_request_finished(int64_t request_id) override { inner_.on_request_finished(request_id); }
+  const SpeculativeStats* speculative_stats() const override { return inner_.speculative_stats(); }
 
  private:
   Executor& inner_;
@@ -82,6 +84,10 @@ void rebuild_plan(const RecordedIteration& iteration, int64_t index, int32_t blo
 // The cost `model` predicts for every recorded plan, seconds.
 std::vector<double> cost_iterations(const std::vector<RecordedIteration>& iterations, Executor& model,
                                     int32_t block_size);
+// The same for a speculative run: each plan's draft passes and verification,
+// with the drafts each decode accepted in the real run (emitted - 1).
+std::vector<double> cost_iterations(const std::vector<RecordedIteration>& iterations,
+                                    SpeculativeCostModel& model, int32_t block_size);
 
 // ------------------------------------------------------------ replay
 
@@ -137,6 +143,10 @@ struct ValidationResult {
   RunSummary replay_summary;
   RunRecords predict;                          // the independent simulation
   RunSummary predict_summary;
+  // A speculative run: what the predict simulation's acceptance model drew
+  // (the real run's statistics are in measured.speculative), and that model.
+  std::optional<SpeculativeStats> predict_speculative;
+  nlohmann::json predict_acceptance;
   std::string profile_source;                  // a path, or "quick calibration"
   std::optional<std::string> profile_saved_as; // where a quick calibration was written
   nlohmann::json cost_model;                   // ProfileModel::describe()
@@ -151,9 +161,19 @@ struct ValidationCallbacks {
 // Serves `workload` for real with `setup` and predicts it both ways with a
 // ProfileModel built from `profile` (InputError if it was measured for
 // another model shape, before anything is served).
+// A speculative run (setup.scheduler.num_speculative_tokens > 0) is costed
+// with a SpeculativeCostModel: a self-draft by `profile`'s tables for its
+// layers, a separate draft by `draft_profile` (required then). Predict draws
+// acceptance from what the real run measured: the controlled rate when the
+// run set one (--acceptance-rate), else the run's accepted-length histogram
+// (its per-position rates when no step proposed the full k).
 ValidationResult run_validation(const EngineSetup& setup, const Workload& workload,
                                 const DeviceProfile& profile, const std::string& profile_source,
-                                const ValidationCallbacks& callbacks = {});
+                                const ValidationCallbacks& callbacks = {},
+                                const DeviceProfile* draft_profile = nullptr);
+
+// The acceptance model predict uses for a real run's statistics (above).
+AcceptanceModel measured_acceptance(const SpeculativeSetup& setup, const SpeculativeStats& measured);
 
 // The options of a quick calibration for `setup`: same device, model,
 // threads, block size, sampling and max_num_seqs; the GEMM grid up to the

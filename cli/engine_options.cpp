@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "kernels/decoder/host_weights.h"
 #include "sim/errors.h"
 #include "sim/model_spec.h"
 
@@ -49,6 +50,48 @@ void add_engine_options(po::options_description& general) {
                     "its output length, as benchmark clients do)");
 }
 
+void add_speculative_engine_options(po::options_description& general) {
+  general.add_options()
+      ("draft-model", po::value<std::string>(),
+       "speculative decoding's draft: a preset or a config.json sharing the target's vocabulary (e.g. "
+       "tiny-15m for small-110m); with --draft-weights, defaults to that folder's config.json")
+      ("draft-weights", po::value<std::string>(), "safetensors folder of the draft; random weights when absent")
+      ("draft-weights-seed", po::value<std::string>(), "seed of the draft's random weights (default: --weights-seed)")
+      ("self-draft-layers", po::value<int32_t>(),
+       "draft with the target's own first L layers, embedding and head (L in 1 .. layers - 1)")
+      ("acceptance-rate", po::value<double>(),
+       "controlled acceptance: accept each draft token with this probability (real compute, acceptance "
+       "set by you); default: real acceptance, exact at --temperature 0, rejection sampling above");
+}
+
+namespace {
+
+// The speculative flags, where the command defines them (vm.count is 0 for
+// a flag a command does not have, as for one not given).
+SpeculativeSetup speculative_setup_from(const po::variables_map& vm, const EngineSetup& setup) {
+  SpeculativeSetup s;
+  const bool weights = vm.count("draft-weights") > 0, self = vm.count("self-draft-layers") > 0;
+  if (weights && self)
+    throw InputError("--draft-weights and --self-draft-layers: a self-draft uses the target's own weights");
+  if (vm.count("draft-weights-seed") && !vm.count("draft-model"))
+    throw InputError("--draft-weights-seed: needs --draft-model (the seed of its random weights)");
+  if (weights) s.draft_weights_dir = vm["draft-weights"].as<std::string>();
+  if (vm.count("draft-model")) s.draft_model = resolve_model(vm["draft-model"].as<std::string>());
+  else if (weights) s.draft_model = resolve_model(*s.draft_weights_dir);
+  s.draft_weights_seed = vm.count("draft-weights-seed")
+                             ? parse_seed(vm["draft-weights-seed"].as<std::string>(), "--draft-weights-seed")
+                             : setup.weights_seed;
+  if (self) {
+    s.self_draft_layers = vm["self-draft-layers"].as<int32_t>();
+    if (s.self_draft_layers == 0) self_draft_spec(setup.model, 0);  // 0 would mean "none": name the range
+  }
+  if (vm.count("acceptance-rate")) s.acceptance_rate = vm["acceptance-rate"].as<double>();
+  check_speculative_setup(s, setup.scheduler.num_speculative_tokens, setup.model);
+  return s;
+}
+
+}  // namespace
+
 WorkloadDefaults engine_workload_defaults() {
   return WorkloadDefaults{.rate = "2", .num_requests = 32, .prompt_len = "uniform:16:256",
                           .output_len = "uniform:16:128"};
@@ -76,6 +119,7 @@ EngineSetup engine_setup_from(const po::variables_map& vm) {
   setup.decoding.sampling.validate();
   setup.scheduler = scheduler_from(vm);
   setup.slo = slo_from(vm);
+  setup.speculative = speculative_setup_from(vm, setup);
   return setup;
 }
 

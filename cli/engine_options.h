@@ -17,12 +17,20 @@ namespace servesim::cli {
 // --kv-cache-memory, --temperature, --top-p and --honor-eos to `general`.
 void add_engine_options(po::options_description& general);
 
+// Adds the draft of a speculative run to `general`: --draft-model,
+// --draft-weights, --draft-weights-seed, --self-draft-layers and
+// --acceptance-rate (controlled acceptance). The draft length is the
+// scheduler's --num-speculative-tokens.
+void add_speculative_engine_options(po::options_description& general);
+
 // Workload defaults of a real run: CPU-sized (2 requests/s, 32 requests,
 // prompts of 16..256 tokens, outputs of 16..128).
 WorkloadDefaults engine_workload_defaults();
 
 // Reads the flags above plus the workload, scheduler and SLO flags (which
-// `vm` must hold). Bad values throw InputError naming the flag.
+// `vm` must hold), and the speculative flags where the command has them.
+// Bad values and inconsistent speculative settings throw InputError naming
+// the flag.
 EngineSetup engine_setup_from(const po::variables_map& vm);
 
 // "2GiB", "512MiB", "1.5GB", "1000000" (bytes); InputError naming `flag`.

@@ -2,6 +2,7 @@
 // same scheduler as `simulate`, and the wall clock.
 #include <cstdio>
 #include <iostream>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -21,6 +22,7 @@ int run_command(int argc, const char* const* argv) {
       "outputs as simulate, measured times)\n\nGeneral", kHelpWidth);
   general.add_options()("help,h", "show this help");
   add_engine_options(general);
+  add_speculative_engine_options(general);
   const WorkloadDefaults defaults = engine_workload_defaults();
   po::options_description all(kHelpWidth);
   all.add(general).add(output_options()).add(workload_options(defaults)).add(scheduler_options()).add(slo_options());
@@ -43,10 +45,12 @@ int run_command(int argc, const char* const* argv) {
   if (!quiet && stderr_is_terminal()) std::fprintf(stderr, "\n");
 
   const nlohmann::json summary = summary_to_json(out.summary, setup.slo, engine_setup_to_json(setup, out));
-  emit_results(vm, out.records, out.summary, summary,
-               fmt::format("servesim run: {} on {}, {} scheduler, {} requests ({})", setup.model.name,
-                           out.device, to_string(out.scheduler.policy), workload.requests.size(),
-                           to_string(setup.workload.arrival)));
+  std::string title = fmt::format("servesim run: {} on {}, {} scheduler, {} requests ({})", setup.model.name,
+                                  out.device, to_string(out.scheduler.policy), workload.requests.size(),
+                                  to_string(setup.workload.arrival));
+  if (const auto draft = draft_model_spec(setup.speculative, setup.model))
+    title += fmt::format(", speculative k = {} with draft {}", out.scheduler.num_speculative_tokens, draft->name);
+  emit_results(vm, out.records, out.summary, summary, title, out.speculative ? &*out.speculative : nullptr);
   return 0;
 }
 

@@ -180,11 +180,9 @@ int simulate_command(int argc, const char* const* argv) {
         throw InputError("--gpu-memory-utilization does not apply: with a cpu --profile the KV cache is 1 GiB "
                          "of fp32 unless --hardware or --num-gpu-blocks is given");
       const double bytes = EngineSetup{}.kv_cache_bytes;  // `servesim run`'s default
-      // The draft's fp32 KV shares the memory, block for block.
-      const double draft_share =
-          setup.draft ? fp32_kv_bytes_per_token(setup.draft->spec) / fp32_kv_bytes_per_token(setup.model) : 0.0;
-      setup.scheduler.num_gpu_blocks =
-          cpu_kv_blocks(setup.model, bytes / (1.0 + draft_share), setup.scheduler.block_size);
+      // The draft's fp32 KV shares the memory, block for block (as in `run`).
+      setup.scheduler.num_gpu_blocks = cpu_kv_blocks(setup.model, bytes, setup.scheduler.block_size,
+                                                     setup.draft ? &setup.draft->spec : nullptr);
       cpu_kv_bytes = bytes;
       hardware_sizes_kv = false;
     }

@@ -25,10 +25,14 @@ int validate_command(int argc, const char* const* argv) {
       "and E2E per request)\n\nGeneral", kHelpWidth);
   general.add_options()("help,h", "show this help");
   add_engine_options(general);
+  add_speculative_engine_options(general);
   general.add_options()
       ("profile", po::value<std::string>(),
        "device profile from `servesim calibrate` for this model (default: a quick calibration "
        "first, saved as OUT/profile.json)")
+      ("draft-profile", po::value<std::string>(),
+       "with --draft-model: the draft's device profile (default: a quick calibration of the draft, "
+       "saved as OUT/draft_profile.json); a --self-draft-layers draft is costed by --profile's tables")
       ("mode", po::value<std::string>()->default_value("predict"),
        "which prediction report.json describes: replay (the real run's iterations costed by the "
        "profile: the cost model's error alone) | predict (an independent simulation of the "
@@ -85,10 +89,35 @@ int validate_command(int argc, const char* const* argv) {
     note("quick calibration saved as " + *saved_as);
   }
 
+  // A separate draft is costed by its own profile.
+  std::optional<DeviceProfile> draft_profile;
+  const std::optional<ModelSpec> draft = draft_model_spec(setup.speculative, setup.model);
+  const bool separate_draft = draft && setup.speculative.self_draft_layers == 0;
+  if (vm.count("draft-profile") && !separate_draft)
+    throw InputError("--draft-profile applies with --draft-model (a self-draft uses --profile's tables)");
+  if (separate_draft) {
+    if (vm.count("draft-profile")) {
+      draft_profile = DeviceProfile::load(vm["draft-profile"].as<std::string>());
+    } else {
+      note(fmt::format("no --draft-profile: a quick calibration of the draft {} first", draft->name));
+      EngineSetup draft_setup = setup;
+      draft_setup.model = *draft;
+      draft_setup.speculative = SpeculativeSetup{};
+      draft_setup.scheduler.num_speculative_tokens = 0;
+      draft_profile = quick_calibration(draft_setup, workload,
+                                        [&](const std::string& line) { note("calibrate draft: " + line); });
+      const std::string path = (std::filesystem::path(out_dir) / "draft_profile.json").string();
+      std::filesystem::create_directories(out_dir);
+      draft_profile->save(path);
+      note("draft quick calibration saved as " + path);
+    }
+  }
+
   ValidationCallbacks callbacks;
   callbacks.run_progress = progress_printer("validate", quiet);
   callbacks.on_ready = [&](const std::string& what) { note(what); };
-  ValidationResult result = run_validation(setup, workload, profile, profile_source, callbacks);
+  ValidationResult result = run_validation(setup, workload, profile, profile_source, callbacks,
+                                           draft_profile ? &*draft_profile : nullptr);
   if (!quiet && stderr_is_terminal()) std::fprintf(stderr, "\n");
   result.profile_saved_as = saved_as;
 

@@ -1,5 +1,8 @@
 // The DecoderModel of the CPU backend: the shared forward pass over
 // cpu::Backend.
+#include <algorithm>
+#include <stdexcept>
+
 #include <fmt/format.h>
 #include <omp.h>
 
@@ -28,6 +31,8 @@ class CpuDecoder final : public DecoderModel {
     return n * sizeof(float);
   }
   double kv_cache_bytes() const override { return kv_.bytes(); }
+  int64_t kv_num_blocks() const override { return kv_.num_blocks; }
+  int32_t kv_block_size() const override { return kv_.block_size; }
 
   const std::vector<float>& forward(const BatchLayout& layout) override {
     omp_set_num_threads(threads_);
@@ -35,6 +40,20 @@ class CpuDecoder final : public DecoderModel {
     const auto& m = scratch_.logits;
     logits_.assign(m.data(), m.data() + m.size());
     return logits_;
+  }
+
+  void read_kv(int32_t layer, std::span<const int32_t> block_table, int32_t position, std::span<float> k,
+               std::span<float> v) const override {
+    const int64_t dh = kv_.head_dim, bs = kv_.block_size;
+    if (layer < 0 || layer >= kv_.layers || position < 0 || size_t(position / bs) >= block_table.size() ||
+        k.size() != size_t(kv_.kv_heads * dh) || v.size() != k.size())
+      throw std::logic_error("CpuDecoder::read_kv: layer, position or buffer size out of range");
+    const int64_t block = block_table[size_t(position / bs)], slot = position % bs;
+    for (int64_t g = 0; g < kv_.kv_heads; ++g) {
+      const size_t at = kv_.offset(layer, block, g) + size_t(slot * dh);
+      std::copy_n(kv_.k.data() + at, dh, k.data() + g * dh);
+      std::copy_n(kv_.v.data() + at, dh, v.data() + g * dh);
+    }
   }
 
  private:

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <span>
+#include <stdexcept>
 #include <vector>
 
 namespace servesim {
@@ -19,7 +20,10 @@ struct BatchLayout {
   std::vector<int32_t> tokens;     // [T] token ids, packed
   std::vector<int32_t> positions;  // [T] position of each token in its sequence
   std::vector<SequenceSlice> sequences;
-  std::vector<int32_t> sample_rows;  // [S] rows whose logits are wanted (a sequence's last new token)
+  // [S] rows whose logits are wanted, in the order the logits come back: a
+  // sequence's last new token, or its last n (a speculative verification
+  // wants every row of its k' + 1 query tokens).
+  std::vector<int32_t> sample_rows;
 
   int32_t num_tokens() const { return int32_t(tokens.size()); }
   int32_t num_samples() const { return int32_t(sample_rows.size()); }
@@ -29,9 +33,18 @@ struct BatchLayout {
     sequences.clear();
     sample_rows.clear();
   }
-  // Appends a sequence's new tokens (positions c .. c + ids.size() - 1).
+  // Appends a sequence's new tokens (positions c .. c + ids.size() - 1),
+  // asking for the logits of its last row when `sample`.
   void add_sequence(std::span<const int32_t> ids, int32_t num_cached,
                     std::span<const int32_t> block_table, bool sample) {
+    add_sequence_sampling_last(ids, num_cached, block_table, sample ? 1 : 0);
+  }
+  // The same, asking for the logits of its last `num_samples` rows (0 ..
+  // ids.size()), in position order.
+  void add_sequence_sampling_last(std::span<const int32_t> ids, int32_t num_cached,
+                                  std::span<const int32_t> block_table, int32_t num_samples) {
+    if (num_samples < 0 || size_t(num_samples) > ids.size())
+      throw std::logic_error("BatchLayout: a sequence samples between 0 and all of its new rows");
     SequenceSlice s;
     s.first_row = num_tokens();
     s.num_query = int32_t(ids.size());
@@ -41,7 +54,7 @@ struct BatchLayout {
       tokens.push_back(ids[i]);
       positions.push_back(num_cached + int32_t(i));
     }
-    if (sample) sample_rows.push_back(num_tokens() - 1);
+    for (int32_t r = num_tokens() - num_samples; r < num_tokens(); ++r) sample_rows.push_back(r);
     sequences.push_back(s);
   }
 };

@@ -3,17 +3,9 @@
 #include <chrono>
 #include <span>
 
+#include "kernels/decoder/prompt_tokens.h"
+
 namespace servesim {
-namespace {
-
-uint64_t mix(uint64_t x) {  // SplitMix64 finaliser
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
-
-}  // namespace
 
 DecoderExecutor::DecoderExecutor(std::unique_ptr<DecoderModel> model, const DecoderExecutorOptions& options)
     : model_(std::move(model)), options_(options) {
@@ -21,10 +13,7 @@ DecoderExecutor::DecoderExecutor(std::unique_ptr<DecoderModel> model, const Deco
 }
 
 int32_t DecoderExecutor::prompt_token(int64_t request_id, int64_t position) const {
-  // Ids 0..2 are special in Llama-2-style vocabularies; prompts avoid them.
-  const int64_t vocab = model_->spec().vocab_size;
-  const uint64_t h = mix(mix(options_.prompt_seed ^ mix(uint64_t(request_id))) + uint64_t(position));
-  return int32_t(3 + int64_t(h % uint64_t(vocab - 3)));
+  return prompt_token_id(options_.prompt_seed, model_->spec().vocab_size, request_id, position);
 }
 
 const std::vector<int32_t>* DecoderExecutor::tokens_of(int64_t request_id) const {

@@ -5,40 +5,65 @@
 
 #include <fmt/format.h>
 
+#include "kernels/decoder/speculative_executor.h"
 #include "sim/clock.h"
 #include "sim/errors.h"
 
 namespace servesim {
 
-int64_t cpu_kv_blocks(const ModelSpec& m, double bytes, int32_t block_size) {
+namespace {
+
+// fp32 K and V of one token in every layer.
+double cpu_kv_bytes_per_token(const ModelSpec& m) {
+  return 2.0 * double(m.num_hidden_layers * m.num_key_value_heads * m.head_dim) * sizeof(float);
+}
+
+}  // namespace
+
+int64_t cpu_kv_blocks(const ModelSpec& m, double bytes, int32_t block_size, const ModelSpec* draft) {
   if (block_size < 1) throw InputError(fmt::format("--block-size must be >= 1 (got {})", block_size));
-  const double per_token = 2.0 * double(m.num_hidden_layers * m.num_key_value_heads * m.head_dim) * sizeof(float);
+  const double per_token = cpu_kv_bytes_per_token(m) + (draft ? cpu_kv_bytes_per_token(*draft) : 0.0);
   const double blocks = std::floor(bytes / (per_token * block_size));
   if (!(blocks >= 1))
-    throw InputError(fmt::format("--kv-cache-memory {:.0f} bytes holds no {}-token block of {} ({:.0f} bytes each)",
-                                 bytes, block_size, m.name, per_token * block_size));
+    throw InputError(fmt::format("--kv-cache-memory {:.0f} bytes holds no {}-token block of {}{} ({:.0f} bytes each)",
+                                 bytes, block_size, m.name, draft ? " and its draft " + draft->name : "",
+                                 per_token * block_size));
   return int64_t(std::min(blocks, 2147483647.0));
 }
 
 namespace {
 
-// Refuses a model that would not fit this machine's memory in fp32.
-void check_fits_in_memory(const ModelSpec& m, double kv_bytes) {
-  const double weights = double(m.parameter_count()) * sizeof(float);
+// Refuses models that would not fit this machine's memory in fp32.
+void check_fits_in_memory(const std::string& what, double weight_bytes, double kv_bytes) {
   const double physical = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
-  if (physical > 0 && weights + kv_bytes > 0.8 * physical)
+  if (physical > 0 && weight_bytes + kv_bytes > 0.8 * physical)
     throw InputError(fmt::format(
         "{} needs {:.1f} GB of fp32 weights plus {:.1f} GB of KV cache on the CPU, more than 80% of "
         "this machine's {:.1f} GB; use a smaller model (tiny-15m, small-110m) or --kv-cache-memory",
-        m.name, weights / 1e9, kv_bytes / 1e9, physical / 1e9));
+        what, weight_bytes / 1e9, kv_bytes / 1e9, physical / 1e9));
+}
+
+// The draft's weights: the self-draft's copied from the target's, or the
+// separate draft's from its folder or seed.
+HostWeights draft_weights(const SpeculativeSetup& s, const ModelSpec& draft, const HostWeights& target) {
+  if (s.self_draft_layers != 0) return self_draft_weights(target, s.self_draft_layers);
+  if (!s.draft_weights_dir) return random_weights(draft, s.draft_weights_seed);
+  try {
+    return load_safetensors_weights(draft, *s.draft_weights_dir);
+  } catch (const InputError& e) {
+    throw InputError(fmt::format("--draft-weights: {}", e.what()));  // not the target's --weights
+  }
 }
 
 }  // namespace
 
 SchedulerConfig engine_scheduler_config(const EngineSetup& setup) {
+  check_speculative_setup(setup.speculative, setup.scheduler.num_speculative_tokens, setup.model);
+  const std::optional<ModelSpec> draft = draft_model_spec(setup.speculative, setup.model);
   SchedulerSettings settings = setup.scheduler;
   if (!settings.num_gpu_blocks)
-    settings.num_gpu_blocks = cpu_kv_blocks(setup.model, setup.kv_cache_bytes, settings.block_size);
+    settings.num_gpu_blocks =
+        cpu_kv_blocks(setup.model, setup.kv_cache_bytes, settings.block_size, draft ? &*draft : nullptr);
   // The hardware figures only size the KV cache, which is set above.
   HardwareSpec host{"cpu", "this machine", 1, 1, 1, ""};
   return resolve_scheduler_config(settings, setup.model, host);
@@ -53,25 +78,51 @@ EngineOutput serve(const EngineSetup& setup, const Workload& workload,
 
   EngineOutput out;
   out.scheduler = engine_scheduler_config(setup);
-  const double kv_bytes = double(out.scheduler.num_gpu_blocks) * out.scheduler.block_size * 2.0 *
-                          double(setup.model.num_hidden_layers * setup.model.num_key_value_heads *
-                                 setup.model.head_dim) * sizeof(float);
-  check_fits_in_memory(setup.model, kv_bytes);
+  const std::optional<ModelSpec> draft_spec = draft_model_spec(setup.speculative, setup.model);
+  const double tokens = double(out.scheduler.num_gpu_blocks) * out.scheduler.block_size;
+  check_fits_in_memory(
+      draft_spec ? setup.model.name + " with draft " + draft_spec->name : setup.model.name,
+      double(setup.model.parameter_count() + (draft_spec ? draft_spec->parameter_count() : 0)) * sizeof(float),
+      tokens * (cpu_kv_bytes_per_token(setup.model) + (draft_spec ? cpu_kv_bytes_per_token(*draft_spec) : 0.0)));
 
   HostWeights weights = setup.weights_dir ? load_safetensors_weights(setup.model, *setup.weights_dir)
                                           : random_weights(setup.model, setup.weights_seed);
   out.weights_source = weights.source;
-  auto model = make_cpu_decoder(std::move(weights), out.scheduler.num_gpu_blocks,
-                                out.scheduler.block_size, CpuDecoderOptions{setup.threads});
+  // Built before the target's weights are consumed (a self-draft copies them).
+  std::optional<HostWeights> draft_host;
+  if (draft_spec) draft_host = draft_weights(setup.speculative, *draft_spec, weights);
+  const CpuDecoderOptions cpu{setup.threads};
+  auto model = make_cpu_decoder(std::move(weights), out.scheduler.num_gpu_blocks, out.scheduler.block_size, cpu);
   out.device = model->device();
   out.weight_bytes = model->weight_bytes();
   out.kv_cache_bytes = model->kv_cache_bytes();
-  DecoderExecutor decoder(std::move(model), setup.decoding);
-  std::unique_ptr<Executor> wrapper = wrap ? wrap(decoder) : nullptr;
-  Executor& executor = wrapper ? *wrapper : decoder;
-  if (on_ready) on_ready(fmt::format("{} on {}: {:.0f} MB of weights ({}), {:.0f} MB of KV cache ({} blocks)",
-                                     setup.model.name, out.device, out.weight_bytes / 1e6, out.weights_source,
-                                     out.kv_cache_bytes / 1e6, out.scheduler.num_gpu_blocks));
+
+  std::unique_ptr<Executor> inner;
+  std::string draft_note;
+  if (draft_host) {
+    out.draft_weights_source = draft_host->source;
+    // Same blocks as the target: the draft's cache is addressed by its block ids.
+    auto draft = make_cpu_decoder(std::move(*draft_host), out.scheduler.num_gpu_blocks, out.scheduler.block_size, cpu);
+    out.draft_weight_bytes = draft->weight_bytes();
+    out.draft_kv_cache_bytes = draft->kv_cache_bytes();
+    out.kv_cache_bytes += out.draft_kv_cache_bytes;
+    draft_note = fmt::format(", draft {} ({:.0f} MB of weights, {}; {} acceptance)", draft->spec().name,
+                             out.draft_weight_bytes / 1e6, out.draft_weights_source,
+                             acceptance_mode(setup.speculative, setup.decoding.sampling.temperature));
+    SpeculativeExecutorOptions options;
+    options.decoding = setup.decoding;
+    options.num_speculative_tokens = out.scheduler.num_speculative_tokens;
+    options.acceptance_rate = setup.speculative.acceptance_rate;
+    inner = std::make_unique<SpeculativeExecutor>(std::move(model), std::move(draft), options);
+  } else {
+    inner = std::make_unique<DecoderExecutor>(std::move(model), setup.decoding);
+  }
+  std::unique_ptr<Executor> wrapper = wrap ? wrap(*inner) : nullptr;
+  Executor& executor = wrapper ? *wrapper : *inner;
+  if (on_ready)
+    on_ready(fmt::format("{} on {}: {:.0f} MB of weights ({}){}, {:.0f} MB of KV cache ({} blocks)", setup.model.name,
+                         out.device, out.weight_bytes / 1e6, out.weights_source, draft_note,
+                         out.kv_cache_bytes / 1e6, out.scheduler.num_gpu_blocks));
 
   Scheduler scheduler(out.scheduler);
   WallClock clock;
@@ -79,6 +130,8 @@ EngineOutput serve(const EngineSetup& setup, const Workload& workload,
   if (progress) runner.on_progress(std::move(progress));
   out.records = runner.run(workload);
   out.summary = summarize_run(out.records, setup.slo);
+  // Read from the executor serve() built, whatever the wrapper forwards.
+  if (const SpeculativeStats* stats = inner->speculative_stats()) out.speculative = *stats;
   return out;
 }
 
@@ -93,7 +146,11 @@ nlohmann::json engine_setup_to_json(const EngineSetup& setup, const EngineOutput
   j["scheduler"] = scheduler_to_json(out.scheduler, setup.scheduler.gpu_memory_utilization);
   j["scheduler"]["kv_cache_bytes"] = out.kv_cache_bytes;
   j["workload"] = workload_to_json(setup.workload);
-  j["executor"] = "decoder";
+  j["executor"] = setup.scheduler.num_speculative_tokens > 0 ? "speculative decoder" : "decoder";
+  if (setup.scheduler.num_speculative_tokens > 0)
+    j["speculative"] = speculative_setup_to_json(setup.speculative, out.scheduler, setup.model,
+                                                 setup.decoding.sampling.temperature, out.draft_weights_source,
+                                                 out.draft_weight_bytes);
   j["clock"] = "wall";
   j["seed"] = setup.workload.seed;
   return j;

@@ -11,9 +11,11 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/decoder/decoder_executor.h"
+#include "kernels/decoder/speculative_setup.h"
 #include "sim/metrics.h"
 #include "sim/runner.h"
 #include "sim/simulation.h"
+#include "sim/speculative_stats.h"
 #include "sim/workload.h"
 
 namespace servesim {
@@ -26,6 +28,9 @@ struct EngineSetup {
   int threads = 0;                     // CPU threads, 0 = every core
   DecoderExecutorOptions decoding;
   SchedulerSettings scheduler;         // num_gpu_blocks unset: from kv_cache_bytes
+  // With scheduler.num_speculative_tokens > 0: the draft and the acceptance
+  // rule. The KV cache memory then holds the target's and the draft's caches.
+  SpeculativeSetup speculative;
   double kv_cache_bytes = 1.0 * (1 << 30);
   WorkloadSpec workload;
   SloTargets slo;
@@ -35,24 +40,34 @@ struct EngineOutput {
   SchedulerConfig scheduler;  // as resolved
   std::string device;         // as the decoder describes itself
   std::string weights_source;
-  double weight_bytes = 0, kv_cache_bytes = 0;
+  double weight_bytes = 0, kv_cache_bytes = 0;  // KV: the target's and the draft's caches together
   RunRecords records;
   RunSummary summary;
+  // A speculative run: the draft as built and what speculation did.
+  std::string draft_weights_source;
+  double draft_weight_bytes = 0, draft_kv_cache_bytes = 0;
+  std::optional<SpeculativeStats> speculative;
 };
 
-// KV blocks that fit in `bytes` when the decoder stores K and V in fp32.
-int64_t cpu_kv_blocks(const ModelSpec& model, double bytes, int32_t block_size);
+// KV blocks that fit in `bytes` when the decoder stores K and V in fp32;
+// with a draft, blocks of both caches (a block id holds the same positions
+// in each).
+int64_t cpu_kv_blocks(const ModelSpec& model, double bytes, int32_t block_size, const ModelSpec* draft = nullptr);
 
 // The scheduler configuration serve() runs with: num_gpu_blocks from
-// kv_cache_bytes unless the settings give it. Throws InputError.
+// kv_cache_bytes unless the settings give it. Throws InputError, also for
+// inconsistent speculative settings (check_speculative_setup).
 SchedulerConfig engine_scheduler_config(const EngineSetup& setup);
 
 // Lets a caller wrap the decoder executor, e.g. to record every plan and its
-// measured time (validation). The wrapper forwards execute() and
-// on_request_finished() to `decoder` and is used for the whole run.
+// measured time (validation). The wrapper forwards execute(),
+// on_request_finished() and speculative_stats() to `decoder` (a
+// DecoderExecutor, or a SpeculativeExecutor when the run speculates) and is
+// used for the whole run.
 using ExecutorWrapper = std::function<std::unique_ptr<Executor>(Executor& decoder)>;
 
-// Builds the decoder, serves the workload in real time and summarises it.
+// Builds the decoder (and the draft when scheduler.num_speculative_tokens >
+// 0), serves the workload in real time and summarises it.
 // `on_ready` is called once the weights are loaded (progress), before the
 // clock starts. With `wrap`, the runner drives the wrapper instead.
 EngineOutput serve(const EngineSetup& setup, const Workload& workload,

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/decoder/safetensors.h"
+#include "sim/draft_model.h"
 #include "sim/errors.h"
 
 namespace servesim {
@@ -121,6 +122,22 @@ HostWeights random_weights(const ModelSpec& m, uint64_t seed) {
     L.w_down = uniform(seed, name("mlp.down_proj.weight"), d * I, 0.f, proj_scale(I) * residual);
   }
   return w;
+}
+
+ModelSpec self_draft_spec(const ModelSpec& target, int32_t layers) {
+  // The simulator's rule, so a run and its prediction name the same draft.
+  return make_self_draft(target, layers).spec;
+}
+
+HostWeights self_draft_weights(const HostWeights& target, int32_t layers) {
+  HostWeights draft;
+  draft.spec = self_draft_spec(target.spec, layers);
+  draft.source = fmt::format("the first {} layers of {}", layers, target.source);
+  draft.embedding = target.embedding;
+  draft.layers.assign(target.layers.begin(), target.layers.begin() + layers);
+  draft.final_norm = target.final_norm;
+  draft.lm_head = target.lm_head;
+  return draft;
 }
 
 HostWeights load_safetensors_weights(const ModelSpec& m, const std::string& dir) {

@@ -48,6 +48,17 @@ HostWeights load_safetensors_weights(const ModelSpec& spec, const std::string& d
 void save_safetensors_weights(const HostWeights& weights, const std::string& dir,
                               const std::string& dtype /* "F32" | "BF16" | "F16" */);
 
+// A self-draft of `target`: its first `layers` layers (1 .. L - 1) with its
+// embedding, final norm and LM head, named like "small-110m[:4 layers]".
+// InputError naming --self-draft-layers outside that range.
+ModelSpec self_draft_spec(const ModelSpec& target, int32_t layers);
+
+// The weights of self_draft_spec(target.spec, layers), copied from `target`
+// (left intact). The copy costs the embedding (and head) a second time; the
+// backends consume and convert their HostWeights, so sharing would have to
+// happen there, and for the CPU presets the copy is small beside the KV cache.
+HostWeights self_draft_weights(const HostWeights& target, int32_t layers);
+
 // Hugging Face tensor names.
 std::string layer_tensor_name(int64_t layer, const std::string& suffix);
 
