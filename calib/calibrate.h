@@ -92,9 +92,9 @@ CalibrationGrids calibration_grids(const CalibrationOptions& options);
 
 // Runs every microbenchmark (warm-up, repeats, medians) and the ceilings
 // (STREAM copy/triad on arrays >= 4x the last-level cache, a large GEMM).
-// `progress` receives one line per benchmark family (11: ceilings, the four
+// `progress` receives one line per benchmark family (12: ceilings, the four
 // GEMMs, elementwise, the two attentions, lm_head, sampling, iteration
-// overhead; each starts "[k/11] "), a setup line, a closing line, and a
+// overhead, the anchor probes; each starts "[k/12] "), a setup line, a closing line, and a
 // warning when other processes took over 5% of the CPUs meanwhile (the
 // share is kept in metadata.machine_load). The OpenMP thread count is set
 // to options.threads for the run and restored afterwards. InputError for bad

@@ -86,6 +86,7 @@ nlohmann::json DeviceProfile::to_json() const {
   j["ceilings"] = {{"stream_copy_bytes_per_s", stream_copy_bytes_per_s},
                    {"stream_triad_bytes_per_s", stream_triad_bytes_per_s},
                    {"gemm_flops_per_s", gemm_flops_per_s}};
+  if (anchor) j["anchor"] = anchor->to_json();
   j["metadata"] = metadata;
   j["raw_benchmarks_file"] = raw_benchmarks_file;
   return j;
@@ -142,6 +143,7 @@ DeviceProfile DeviceProfile::from_json(const nlohmann::json& j, const std::strin
   p.gemm_flops_per_s = field<double>(ceilings, "gemm_flops_per_s", source + ": ceilings");
   if (!(p.stream_copy_bytes_per_s > 0) || !(p.stream_triad_bytes_per_s > 0) || !(p.gemm_flops_per_s > 0))
     throw InputError(fmt::format("{}: ceilings must be > 0", source));
+  if (j.contains("anchor")) p.anchor = AnchorProbe::from_json(j["anchor"], source);
   if (j.contains("metadata")) p.metadata = j["metadata"];
   if (j.contains("raw_benchmarks_file") && j["raw_benchmarks_file"].is_string())
     p.raw_benchmarks_file = j["raw_benchmarks_file"].get<std::string>();

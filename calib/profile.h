@@ -7,11 +7,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "calib/anchor.h"
 #include "sim/model_spec.h"
 
 namespace servesim {
@@ -57,6 +59,9 @@ struct DeviceProfile {
   double stream_copy_bytes_per_s = 0;
   double stream_triad_bytes_per_s = 0;
   double gemm_flops_per_s = 0;
+  // The device's state when the tables were measured (calib/anchor.h), for
+  // re-anchoring them on a later run; absent in older profiles.
+  std::optional<AnchorProbe> anchor;
 
   // Provenance: date, commit, compiler, library versions, settings (quick?).
   nlohmann::json metadata = nlohmann::json::object();

@@ -230,14 +230,15 @@ const Curve& ProfileModel::curve(ProfileOp op) const {
   return profile_.gemm_qkv;
 }
 
-double ProfileModel::roofline_seconds(ProfileOp op, double x) const {
+std::pair<double, double> ProfileModel::roofline_parts(ProfileOp op, double x) const {
   const double d = double(model_.hidden_size), I = double(model_.intermediate_size);
   const double H = double(model_.num_attention_heads), Hkv = double(model_.num_key_value_heads);
   const double dh = double(model_.head_dim), V = double(model_.vocab_size);
   const double b = bytes_per_element_, F = profile_.gemm_flops_per_s, B = bandwidth_;
   const double q_out = H * dh, kv_out = Hkv * dh;
+  // {memory, compute} of [x, K] x [K, N].
   auto gemm = [&](double K, double N) {
-    return std::max(2 * x * K * N / F, b * (K * N + x * K + x * N) / B);
+    return std::pair<double, double>{b * (K * N + x * K + x * N) / B, 2 * x * K * N / F};
   };
   switch (op) {
     case ProfileOp::GemmQkv: return gemm(d, q_out + 2 * kv_out);
@@ -247,16 +248,38 @@ double ProfileModel::roofline_seconds(ProfileOp op, double x) const {
     case ProfileOp::Elementwise:
       // Two RMSNorms, rotary on q and k, two residual adds, SwiGLU: bytes
       // read + written per token, as in sim/roofline_model.cpp.
-      return b * x * (4 * d + 2 * (q_out + kv_out) + 6 * d + 3 * I) / B;
-    case ProfileOp::LmHead:
-      return std::max(2 * x * d * V / F, (b * (d * V + x * d) + 4 * x * V) / B);
-    case ProfileOp::Sampling: return 4 * x * V / B;  // fp32 logits read once
+      return {b * x * (4 * d + 2 * (q_out + kv_out) + 6 * d + 3 * I) / B, 0.0};
+    case ProfileOp::LmHead: return {(b * (d * V + x * d) + 4 * x * V) / B, 2 * x * d * V / F};
+    case ProfileOp::Sampling: return {4 * x * V / B, 0.0};  // fp32 logits read once
   }
-  return 0;
+  return {0.0, 0.0};
+}
+
+double ProfileModel::roofline_seconds(ProfileOp op, double x) const {
+  const auto [memory, compute] = roofline_parts(op, x);
+  return std::max(memory, compute);
+}
+
+void ProfileModel::set_anchor_scales(const AnchorScales& scales) {
+  if (!(scales.memory > 0) || !(scales.compute > 0) || !std::isfinite(scales.memory) ||
+      !std::isfinite(scales.compute))
+    throw std::invalid_argument("ProfileModel::set_anchor_scales: scales must be finite and > 0");
+  anchor_ = scales;
+}
+
+double ProfileModel::anchor_factor(double memory_s, double compute_s) const {
+  const double total = memory_s + compute_s;
+  const double w = total > 0 ? memory_s / total : 1.0;
+  return w * anchor_.memory + (1 - w) * anchor_.compute;
 }
 
 double ProfileModel::op_seconds(ProfileOp op, double x) const {
   if (!(x > 0)) return 0;
+  const auto [memory, compute] = roofline_parts(op, x);
+  return anchor_factor(memory, compute) * table_seconds(op, x);
+}
+
+double ProfileModel::table_seconds(ProfileOp op, double x) const {
   const Curve& c = curve(op);
   if (x < c.x.front()) return c.seconds.front() * roofline_seconds(op, x) / roofline_seconds(op, c.x.front());
   if (x > c.x.back()) return c.seconds.back() * roofline_seconds(op, x) / roofline_seconds(op, c.x.back());
@@ -274,16 +297,26 @@ double ProfileModel::grid_correction(const Grid2D& grid, const std::vector<std::
   return std::exp((1 - px.w) * lo + px.w * hi);
 }
 
+std::pair<double, double> ProfileModel::prefill_attention_roofline_parts(double q, double c) const {
+  // 4 H dh FLOPs per query-key pair; K and V of c + q tokens read.
+  const double H = double(model_.num_attention_heads), dh = double(model_.head_dim);
+  const double kv_out = double(model_.num_key_value_heads) * dh;
+  return {bytes_per_element_ * (c + q) * 2 * kv_out / bandwidth_,
+          4 * H * dh * attention_pairs(q, c) / profile_.gemm_flops_per_s};
+}
+
 double ProfileModel::prefill_attention_seconds(double q, double c) const {
   if (!(q > 0)) return 0;
   const double fit = std::max(prefill_fit_(attention_pairs(q, c), c + q), prefill_floor_s_);
-  return fit * grid_correction(profile_.prefill_attention, prefill_log_ratio_, q, prefill_grid_y(c));
+  const auto [memory, compute] = prefill_attention_roofline_parts(q, c);
+  return anchor_factor(memory, compute) * fit *
+         grid_correction(profile_.prefill_attention, prefill_log_ratio_, q, prefill_grid_y(c));
 }
 
 double ProfileModel::decode_attention_seconds(double rows, double pairs) const {
   if (!(rows > 0)) return 0;
   const double fit = std::max(decode_fit_(rows, pairs), decode_floor_s_);
-  return fit * grid_correction(profile_.decode_attention, decode_log_ratio_, rows, pairs / rows);
+  return anchor_.memory * fit * grid_correction(profile_.decode_attention, decode_log_ratio_, rows, pairs / rows);
 }
 
 ProfileBreakdown ProfileModel::breakdown(const IterationPlan& plan) const {
@@ -310,7 +343,7 @@ ProfileBreakdown ProfileModel::breakdown(const IterationPlan& plan) const {
   out.prefill_attention = L * prefill;
   out.decode_attention = L * decode_attention_seconds(decode_rows, decode_pairs);
   if (S > 0) out.lm_head = op_seconds(ProfileOp::LmHead, S) + op_seconds(ProfileOp::Sampling, S);
-  out.overhead = profile_.iteration_overhead_s;
+  out.overhead = anchor_.memory * profile_.iteration_overhead_s;
   return out;
 }
 
@@ -333,6 +366,7 @@ nlohmann::json ProfileModel::describe() const {
           {"profiled_model", profile_.model.name},
           {"dtype", profile_.dtype},
           {"block_size", profile_.block_size},
+          {"anchor_scales", {{"memory", anchor_.memory}, {"compute", anchor_.compute}}},
           {"iteration_overhead_s", profile_.iteration_overhead_s},
           {"ceilings",
            {{"stream_copy_bytes_per_s", profile_.stream_copy_bytes_per_s},

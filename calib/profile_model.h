@@ -47,13 +47,26 @@
 //   A ragged decode batch is evaluated at the grid point (rows, P / rows).
 //   The fit is floored at 1e-3 x the smallest seconds of its table, so every
 //   prediction is > 0.
+//
+// Re-anchoring (set_anchor_scales, calib/anchor.h): on a machine whose speed
+// drifts, a validation measures how much slower memory-bound work (scale
+// s_m) and compute-bound work (s_c) run now than at calibration. Every
+// component is then multiplied by
+//   w s_m + (1 - w) s_c,   w = M / (M + C),
+// with M and C the operator's memory and compute roofline times at its size
+// (the GEMMs, the LM head, and prefill attention with 4 H dh pairs FLOPs
+// against its K and V bytes); elementwise work, sampling, decode attention
+// and the iteration overhead (measured on a decode) are memory-bound, w = 1.
+// Scales of 1 (the default) leave the tables as measured.
 #pragma once
 
 #include <array>
 #include <string>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
+#include "calib/anchor.h"
 #include "calib/profile.h"
 #include "sim/executor.h"
 
@@ -121,6 +134,14 @@ class ProfileModel final : public Executor {
   double op_seconds(ProfileOp op, double x) const;
   // The operator's roofline R(x) with the measured ceilings, seconds.
   double roofline_seconds(ProfileOp op, double x) const;
+  // Its memory and compute parts {bytes / bandwidth, FLOPs / GEMM ceiling}.
+  std::pair<double, double> roofline_parts(ProfileOp op, double x) const;
+  // The same for one prefill chunk's attention (q query tokens, c cached).
+  std::pair<double, double> prefill_attention_roofline_parts(double q, double c) const;
+
+  // Re-anchors every cost (see the top of this file); scales must be > 0.
+  void set_anchor_scales(const AnchorScales& scales);
+  const AnchorScales& anchor_scales() const { return anchor_; }
 
   // One layer's attention for one prefill sequence (q >= 1, c >= 0).
   double prefill_attention_seconds(double query_tokens, double cached_tokens) const;
@@ -137,6 +158,10 @@ class ProfileModel final : public Executor {
 
  private:
   const Curve& curve(ProfileOp op) const;
+  // The re-anchoring factor of work whose roofline times are (memory, compute).
+  double anchor_factor(double memory_s, double compute_s) const;
+  // The 1-D rule of op_seconds on the measured table, before re-anchoring.
+  double table_seconds(ProfileOp op, double x) const;
   double grid_correction(const Grid2D& grid, const std::vector<std::vector<double>>& log_ratio, double x,
                          double y) const;
 
@@ -148,6 +173,7 @@ class ProfileModel final : public Executor {
   // log(measured / fit) at every grid point, [x][y].
   std::vector<std::vector<double>> prefill_log_ratio_, decode_log_ratio_;
   double prefill_floor_s_ = 0, decode_floor_s_ = 0;
+  AnchorScales anchor_;
 };
 
 }  // namespace servesim

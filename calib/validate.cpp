@@ -284,18 +284,106 @@ std::optional<ProfileModel> draft_cost_model(const EngineSetup& setup, const Dev
 
 }  // namespace
 
+namespace {
+
+// Measures the anchor probes of every profile a validation uses, once before
+// and once after the real run, and re-anchors their cost models.
+class Anchoring {
+ public:
+  struct Entry {
+    std::string name;
+    const DeviceProfile* profile;
+    std::vector<ProfileModel*> models;
+    AnchorSettings settings;
+    AnchorProbe before, after;
+  };
+
+  Anchoring(ValidationOptions::Anchor mode, const EngineSetup& setup, std::function<void(const std::string&)> note)
+      : mode_(mode), setup_(setup), note_(std::move(note)) {}
+
+  // Re-anchors `models` (costed by `profile`) when the run ends.
+  void add(const std::string& name, const DeviceProfile& profile, std::vector<ProfileModel*> models) {
+    if (mode_ == ValidationOptions::Anchor::Off) return skip("--anchor off");
+    if (!profile.anchor) return skip(name + " has no anchor probes (calibrated by an older servesim)");
+    if (profile.device_kind != setup_.device)
+      return skip(fmt::format("{} was measured on '{}', the run uses '{}'", name, profile.device_kind, setup_.device));
+    const int threads = setup_.threads > 0 ? setup_.threads : profile.threads;
+    entries_.push_back({name, &profile, std::move(models),
+                        anchor_settings_of(*profile.anchor, profile.model, threads, profile.block_size,
+                                           setup_.weights_seed, setup_.decoding.sampling),
+                        {}, {}});
+  }
+  void before_run() { measure(true); }
+  void after_run() { measure(false); }
+
+  // Applies the scales (mode Apply); returns the report's "anchor" object.
+  nlohmann::json apply() {
+    if (!reason_.empty() || entries_.empty())
+      return {{"measured", false}, {"applied", false}, {"reason", reason_.empty() ? "no profile" : reason_}};
+    const bool apply = mode_ == ValidationOptions::Anchor::Apply;
+    nlohmann::json j = {{"measured", true},
+                        {"applied", apply},
+                        {"rule", "run probe = geometric mean of the probes before and after the real run; memory "
+                                 "scale = its decode time / calibration's; compute scale = calibration's GEMM "
+                                 "FLOP/s / its"}};
+    for (Entry& e : entries_) {
+      AnchorProbe run = e.before;
+      run.decode_iteration_s = std::sqrt(e.before.decode_iteration_s * e.after.decode_iteration_s);
+      run.gemm_flops_per_s = std::sqrt(e.before.gemm_flops_per_s * e.after.gemm_flops_per_s);
+      const AnchorScales scales = anchor_scales(*e.profile->anchor, run);
+      if (apply)
+        for (ProfileModel* m : e.models) m->set_anchor_scales(scales);
+      j["profiles"][e.name] = {{"calibration", e.profile->anchor->to_json()},
+                               {"before", e.before.to_json()},
+                               {"after", e.after.to_json()},
+                               {"run", run.to_json()},
+                               {"scales", {{"memory", scales.memory}, {"compute", scales.compute}}}};
+      if (note_)
+        note_(fmt::format("anchor {}: decode probe {:.2f} ms at calibration, {:.2f} / {:.2f} ms before / after the "
+                          "run (memory-bound x{:.3f}); GEMM {:.0f} -> {:.0f} GFLOP/s (compute-bound x{:.3f}){}",
+                          e.name, e.profile->anchor->decode_iteration_s * 1e3, e.before.decode_iteration_s * 1e3,
+                          e.after.decode_iteration_s * 1e3, scales.memory, e.profile->anchor->gemm_flops_per_s / 1e9,
+                          run.gemm_flops_per_s / 1e9, scales.compute,
+                          apply ? "; predictions re-anchored" : " (reported, not applied)"));
+    }
+    return j;
+  }
+
+ private:
+  void skip(const std::string& why) {
+    if (reason_.empty()) reason_ = why;
+  }
+  void measure(bool before) {
+    if (!reason_.empty()) return;
+    for (Entry& e : entries_) (before ? e.before : e.after) = measure_anchor(e.settings);
+  }
+
+  ValidationOptions::Anchor mode_;
+  const EngineSetup& setup_;
+  std::function<void(const std::string&)> note_;
+  std::vector<Entry> entries_;
+  std::string reason_;
+};
+
+}  // namespace
+
 ValidationResult run_validation(const EngineSetup& setup, const Workload& workload,
                                 const DeviceProfile& profile, const std::string& profile_source,
-                                const ValidationCallbacks& callbacks, const DeviceProfile* draft_profile) {
+                                const ValidationCallbacks& callbacks, const ValidationOptions& options) {
   // Refuse a profile of another model shape before serving anything.
   ProfileModel cost_model(profile, setup.model, profile_source);
   const SchedulerConfig config = engine_scheduler_config(setup);
-  std::optional<ProfileModel> draft_model = draft_cost_model(setup, profile, profile_source, draft_profile);
+  std::optional<ProfileModel> draft_model = draft_cost_model(setup, profile, profile_source, options.draft_profile);
   const int32_t k = config.num_speculative_tokens;
+  Anchoring anchoring(options.anchor, setup, callbacks.note);
+  const bool self_draft = draft_model && setup.speculative.self_draft_layers > 0;
+  std::vector<ProfileModel*> target_models = {&cost_model};
+  if (self_draft) target_models.push_back(&*draft_model);
+  anchoring.add("profile", profile, target_models);
+  if (draft_model && !self_draft) anchoring.add("draft profile", *options.draft_profile, {&*draft_model});
 
   ValidationResult v;
   v.profile_source = profile_source;
-  v.cost_model = cost_model.describe();
   if (profile.device_kind != setup.device)
     v.warnings.push_back(fmt::format("the profile was measured on device '{}', the run uses '{}'",
                                      profile.device_kind, setup.device));
@@ -313,7 +401,11 @@ ValidationResult run_validation(const EngineSetup& setup, const Workload& worklo
   ExecutorWrapper wrap = [&v](Executor& decoder) -> std::unique_ptr<Executor> {
     return std::make_unique<RecordingExecutor>(decoder, v.iterations);
   };
+  anchoring.before_run();
   v.measured = serve(setup, workload, callbacks.run_progress, callbacks.on_ready, wrap);
+  anchoring.after_run();
+  v.anchor = anchoring.apply();
+  v.cost_model = cost_model.describe();
   v.config = engine_setup_to_json(setup, v.measured);
 
   // Per iteration: the predicted cost of each real plan.
@@ -340,7 +432,7 @@ ValidationResult run_validation(const EngineSetup& setup, const Workload& worklo
   // Predict: an independent simulation, same requests and scheduler settings.
   {
     Scheduler scheduler(v.measured.scheduler);
-    ProfileModel executor(profile, setup.model, profile_source);
+    ProfileModel& executor = cost_model;  // stateless: replay's model, re-anchored
     std::optional<SpeculativeCostModel> speculative;
     if (k > 0) {
       if (!v.measured.speculative) throw std::logic_error("a speculative run reported no statistics");
@@ -485,6 +577,7 @@ nlohmann::json validation_report_json(const ValidationResult& v, ValidationMode 
   j["profile"] = v.profile_source;
   if (v.profile_saved_as) j["profile_saved_as"] = *v.profile_saved_as;
   j["cost_model"] = v.cost_model;
+  j["anchor"] = v.anchor;
   if (v.measured.speculative) {
     // Replay re-costs the measured acceptance; predict draws its own.
     const SpeculativeStats& ms = *v.measured.speculative;
@@ -606,6 +699,15 @@ std::string format_validation_table(const ValidationResult& v, ValidationMode mo
     if (v.predict_speculative)
       t += fmt::format("; predict drew {:.3f}", v.predict_speculative->mean_accepted_tokens_per_step());
     t += "\n";
+  }
+  if (v.anchor.value("measured", false)) {
+    for (const auto& [name, a] : v.anchor["profiles"].items())
+      t += fmt::format("  device state ({}): memory-bound work ran x{:.3f}, compute-bound x{:.3f} the time it took "
+                       "at calibration (anchor probes){}\n",
+                       name, a["scales"]["memory"].get<double>(), a["scales"]["compute"].get<double>(),
+                       v.anchor["applied"].get<bool>() ? "; predictions re-anchored by these" : "");
+  } else if (v.anchor.contains("reason")) {
+    t += fmt::format("  device state: not probed ({})\n", v.anchor["reason"].get<std::string>());
   }
   for (const std::string& w : v.warnings) t += "  note: " + w + "\n";
   return t;

@@ -151,11 +151,26 @@ struct ValidationResult {
   std::optional<std::string> profile_saved_as; // where a quick calibration was written
   nlohmann::json cost_model;                   // ProfileModel::describe()
   std::vector<std::string> warnings;           // profile/run mismatches worth a look
+  // The anchor probes: {measured, applied, reason | (calibration, before,
+  // after, run, scales {memory, compute}) per profile}.
+  nlohmann::json anchor;
 };
 
 struct ValidationCallbacks {
   std::function<void(const RunProgress&)> run_progress;  // the real run
   std::function<void(const std::string&)> on_ready;      // decoder built
+  std::function<void(const std::string&)> note;          // anchor probes and the like
+};
+
+struct ValidationOptions {
+  // The profiles' anchor probes (calib/anchor.h), measured again just
+  // before and just after the real run: Off skips them; Report (default)
+  // reports how much slower or faster the device ran than at calibration;
+  // Apply also re-anchors the predictions by those scales. Needs profiles
+  // with an anchor, measured on the run's device kind.
+  enum class Anchor { Off, Report, Apply } anchor = Anchor::Report;
+  // The separate draft's profile of a speculative run (see run_validation).
+  const DeviceProfile* draft_profile = nullptr;
 };
 
 // Serves `workload` for real with `setup` and predicts it both ways with a
@@ -169,8 +184,7 @@ struct ValidationCallbacks {
 // (its per-position rates when no step proposed the full k).
 ValidationResult run_validation(const EngineSetup& setup, const Workload& workload,
                                 const DeviceProfile& profile, const std::string& profile_source,
-                                const ValidationCallbacks& callbacks = {},
-                                const DeviceProfile* draft_profile = nullptr);
+                                const ValidationCallbacks& callbacks = {}, const ValidationOptions& options = {});
 
 // The acceptance model predict uses for a real run's statistics (above).
 AcceptanceModel measured_acceptance(const SpeculativeSetup& setup, const SpeculativeStats& measured);

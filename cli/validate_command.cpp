@@ -33,6 +33,11 @@ int validate_command(int argc, const char* const* argv) {
       ("draft-profile", po::value<std::string>(),
        "with --draft-model: the draft's device profile (default: a quick calibration of the draft, "
        "saved as OUT/draft_profile.json); a --self-draft-layers draft is costed by --profile's tables")
+      ("anchor", po::value<std::string>()->default_value("report"),
+       "report | apply | off: the profile's anchor probes (a whole-model decode step and a GEMM) are "
+       "measured again before and after the real run; report says how much slower or faster the device "
+       "ran than at calibration (report.json's anchor), apply also scales the predictions' memory- and "
+       "compute-bound costs by it, off skips the probes")
       ("mode", po::value<std::string>()->default_value("predict"),
        "which prediction report.json describes: replay (the real run's iterations costed by the "
        "profile: the cost model's error alone) | predict (an independent simulation of the "
@@ -57,6 +62,9 @@ int validate_command(int argc, const char* const* argv) {
 
   const EngineSetup setup = engine_setup_from(vm);
   const ValidationMode mode = parse_validation_mode(vm["mode"].as<std::string>());
+  const std::string anchor = vm["anchor"].as<std::string>();
+  if (anchor != "report" && anchor != "apply" && anchor != "off")
+    throw InputError(fmt::format("--anchor: '{}' is not one of report, apply, off", anchor));
   if (!vm.count("out")) throw InputError("--out is required: the folder for report.json and the CSVs");
   const std::string out_dir = vm["out"].as<std::string>();
   const bool quiet = vm.count("quiet") > 0;
@@ -116,8 +124,13 @@ int validate_command(int argc, const char* const* argv) {
   ValidationCallbacks callbacks;
   callbacks.run_progress = progress_printer("validate", quiet);
   callbacks.on_ready = [&](const std::string& what) { note(what); };
-  ValidationResult result = run_validation(setup, workload, profile, profile_source, callbacks,
-                                           draft_profile ? &*draft_profile : nullptr);
+  callbacks.note = note;
+  ValidationOptions options;
+  options.draft_profile = draft_profile ? &*draft_profile : nullptr;
+  options.anchor = anchor == "off"     ? ValidationOptions::Anchor::Off
+                   : anchor == "apply" ? ValidationOptions::Anchor::Apply
+                                       : ValidationOptions::Anchor::Report;
+  ValidationResult result = run_validation(setup, workload, profile, profile_source, callbacks, options);
   if (!quiet && stderr_is_terminal()) std::fprintf(stderr, "\n");
   result.profile_saved_as = saved_as;
 

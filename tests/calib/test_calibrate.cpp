@@ -145,7 +145,13 @@ TEST_CASE("A quick calibration of a tiny model fills every table with positive t
   // One progress line per family (after a setup line and before "done").
   int families = 0;
   for (const auto& line : run.progress) families += line.rfind("[", 0) == 0;
-  CHECK(families == 11);
+  CHECK(families == 12);
+
+  // The anchor probes describe the device as the tables saw it.
+  REQUIRE(p.anchor.has_value());
+  CHECK(p.anchor->decode_iteration_s > 0);
+  CHECK(p.anchor->gemm_flops_per_s > 0);
+  CHECK(p.anchor->context == grids.decode_context.front());
 }
 
 TEST_CASE("Calibrated times grow with the work: GEMMs with tokens, decode attention with context") {

@@ -430,3 +430,66 @@ TEST_CASE("profile model: a simulation with the profile model runs end to end an
   if (first.prefill_sequences == 1 && first.decode_sequences == 0)
     CHECK(first.duration_s == executor.breakdown(plan).total());
 }
+
+TEST_CASE("profile model: re-anchoring scales each part by its memory- and compute-bound shares") {
+  const ModelSpec m = tiny_model();
+  ProfileModel plain(synthetic_profile(m), m);
+  ProfileModel anchored(synthetic_profile(m), m);
+  anchored.set_anchor_scales({2.0, 1.25});  // memory-bound work twice as slow, compute-bound 25% slower
+
+  // A 1-D operator: the roofline's memory share w sets w 2 + (1 - w) 1.25.
+  for (double x : {1.0, 64.0, 4096.0}) {
+    for (ProfileOp op : {ProfileOp::GemmQkv, ProfileOp::GemmDown, ProfileOp::LmHead}) {
+      const auto [memory, compute] = plain.roofline_parts(op, x);
+      const double w = memory / (memory + compute);
+      INFO(to_string(op) << " at " << x << ", memory share " << w);
+      CHECK(rel_close(anchored.op_seconds(op, x), plain.op_seconds(op, x) * (2.0 * w + 1.25 * (1 - w)), 1e-12));
+    }
+  }
+  // Memory-bound by nature: elementwise work, sampling, decode attention.
+  CHECK(rel_close(anchored.op_seconds(ProfileOp::Elementwise, 100), 2 * plain.op_seconds(ProfileOp::Elementwise, 100),
+                  1e-12));
+  CHECK(rel_close(anchored.decode_attention_seconds(8, 8 * 300), 2 * plain.decode_attention_seconds(8, 8 * 300),
+                  1e-12));
+  const auto [pm, pc] = plain.prefill_attention_roofline_parts(512, 1024);
+  const double w = pm / (pm + pc);
+  CHECK(rel_close(anchored.prefill_attention_seconds(512, 1024),
+                  plain.prefill_attention_seconds(512, 1024) * (2.0 * w + 1.25 * (1 - w)), 1e-12));
+  // The fixed cost was measured on a decode: memory-bound.
+  IterationPlan plan;
+  plan.add(seq(0, 1, 10, false, true));
+  CHECK(rel_close(anchored.breakdown(plan).overhead, 2 * kOverhead, 1e-12));
+  CHECK_THROWS_AS(anchored.set_anchor_scales({0.0, 1.0}), std::invalid_argument);
+}
+
+TEST_CASE("profile model: anchor probes round-trip through the profile file and their median is element-wise") {
+  const ModelSpec m = tiny_model();
+  DeviceProfile p = synthetic_profile(m);
+  AnchorProbe a;
+  a.decode_iteration_s = 7e-3;
+  a.gemm_flops_per_s = 3e11;
+  a.layers = 2;
+  a.context = 16;
+  a.gemm_n = 1024;
+  p.anchor = a;
+  const DeviceProfile back = DeviceProfile::from_json(p.to_json(), "test");
+  REQUIRE(back.anchor.has_value());
+  CHECK(back.anchor->decode_iteration_s == a.decode_iteration_s);
+  CHECK(back.anchor->gemm_flops_per_s == a.gemm_flops_per_s);
+  CHECK(back.anchor->layers == 2);
+  nlohmann::json bad = p.to_json();
+  bad["anchor"]["decode_iteration_s"] = -1;
+  CHECK_THROWS_AS(DeviceProfile::from_json(bad, "test"), InputError);
+
+  AnchorProbe b = a, c = a;
+  b.decode_iteration_s = 11e-3;
+  b.gemm_flops_per_s = 2e11;
+  c.decode_iteration_s = 6e-3;
+  c.gemm_flops_per_s = 3.5e11;
+  const AnchorProbe med = median_probe({a, b, c});
+  CHECK(med.decode_iteration_s == 7e-3);
+  CHECK(med.gemm_flops_per_s == 3e11);
+  const AnchorScales s = anchor_scales(a, b);
+  CHECK(rel_close(s.memory, 11.0 / 7.0, 1e-12));
+  CHECK(rel_close(s.compute, 3.0 / 2.0, 1e-12));
+}

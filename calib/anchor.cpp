@@ -1,0 +1,151 @@
+#include "calib/anchor.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <stdexcept>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "calib/ceilings.h"
+#include "kernels/decoder/decoder_executor.h"
+#include "kernels/decoder/host_weights.h"
+#include "sim/errors.h"
+
+namespace servesim {
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double field(const nlohmann::json& j, const char* name, const std::string& source) {
+  if (!j.contains(name) || !j[name].is_number() || !(j[name].get<double>() > 0))
+    throw InputError(fmt::format("{}: anchor.{} must be a number > 0", source, name));
+  return j[name].get<double>();
+}
+
+}  // namespace
+
+nlohmann::json AnchorProbe::to_json() const {
+  return {{"decode_iteration_s", decode_iteration_s},
+          {"gemm_flops_per_s", gemm_flops_per_s},
+          {"layers", layers},
+          {"context", context},
+          {"gemm_n", gemm_n}};
+}
+
+AnchorProbe AnchorProbe::from_json(const nlohmann::json& j, const std::string& source) {
+  if (!j.is_object()) throw InputError(fmt::format("{}: anchor must be an object", source));
+  AnchorProbe a;
+  a.decode_iteration_s = field(j, "decode_iteration_s", source);
+  a.gemm_flops_per_s = field(j, "gemm_flops_per_s", source);
+  a.layers = int32_t(field(j, "layers", source));
+  a.context = int64_t(field(j, "context", source));
+  a.gemm_n = int64_t(field(j, "gemm_n", source));
+  return a;
+}
+
+struct AnchorProber::State {
+  std::unique_ptr<DecoderExecutor> executor;
+  std::vector<int32_t> table;
+  IterationPlan plan;
+  std::unique_ptr<ceilings::Gemm> gemm;
+  int threads = 1;
+};
+
+AnchorProber::AnchorProber(const AnchorSettings& s) : settings_(s), state_(std::make_unique<State>()) {
+  State& st = *state_;
+  st.threads = s.threads > 0 ? s.threads : omp_get_num_procs();
+  ModelSpec m = s.model;
+  m.num_hidden_layers = s.layers;
+  const int64_t blocks = (s.context + s.block_size - 1) / s.block_size;
+  CpuDecoderOptions decoder_options;
+  decoder_options.threads = st.threads;
+  DecoderExecutorOptions executor_options;
+  executor_options.sampling = s.sampling;
+  st.executor = std::make_unique<DecoderExecutor>(
+      make_cpu_decoder(random_weights(m, s.weights_seed), blocks, s.block_size, decoder_options), executor_options);
+  for (int64_t b = 0; b < blocks; ++b) st.table.push_back(int32_t(b));
+  ScheduledSequence seq;
+  seq.request_id = 1;
+  seq.num_query_tokens = 1;
+  seq.num_cached_tokens = int32_t(s.context - 1);
+  seq.samples = true;
+  seq.block_table = st.table;
+  st.plan.add(seq);
+  const int saved_threads = omp_get_max_threads();
+  omp_set_num_threads(st.threads);
+  st.gemm = std::make_unique<ceilings::Gemm>(s.gemm_n);  // runs one product first
+  omp_set_num_threads(saved_threads);
+}
+
+AnchorProber::~AnchorProber() = default;
+
+AnchorProbe AnchorProber::measure() {
+  State& st = *state_;
+  const int saved_threads = omp_get_max_threads();
+  omp_set_num_threads(st.threads);
+  AnchorProbe probe;
+  probe.layers = settings_.layers;
+  probe.context = settings_.context;
+  probe.gemm_n = settings_.gemm_n;
+  // The decode probe: one decode token through the real executor.
+  IterationResult result;
+  std::vector<double> times;
+  for (int i = 0; i < 3 + std::max(settings_.repetitions, 1); ++i) {
+    result.reset();
+    st.executor->execute(st.plan, result);
+    if (i >= 3) times.push_back(result.duration_s);  // three warm-up steps
+  }
+  probe.decode_iteration_s = median(times);
+  // The GEMM probe.
+  times.clear();
+  for (int i = 0; i < std::max(3, settings_.repetitions / 4); ++i) times.push_back(st.gemm->pass());
+  probe.gemm_flops_per_s = st.gemm->flops() / median(times);
+  omp_set_num_threads(saved_threads);
+  return probe;
+}
+
+AnchorProbe measure_anchor(const AnchorSettings& s) { return AnchorProber(s).measure(); }
+
+AnchorProbe median_probe(const std::vector<AnchorProbe>& probes) {
+  if (probes.empty()) throw std::logic_error("median_probe: no probes");
+  AnchorProbe m = probes.front();
+  std::vector<double> decode, gemm;
+  for (const AnchorProbe& p : probes) {
+    decode.push_back(p.decode_iteration_s);
+    gemm.push_back(p.gemm_flops_per_s);
+  }
+  m.decode_iteration_s = median(decode);
+  m.gemm_flops_per_s = median(gemm);
+  return m;
+}
+
+AnchorSettings anchor_settings_of(const AnchorProbe& probe, const ModelSpec& model, int threads, int32_t block_size,
+                                  uint64_t weights_seed, const SamplingParams& sampling) {
+  AnchorSettings s;
+  s.model = model;
+  s.threads = threads;
+  s.layers = probe.layers;
+  s.context = probe.context;
+  s.block_size = block_size;
+  s.weights_seed = weights_seed;
+  s.sampling = sampling;
+  s.gemm_n = probe.gemm_n;
+  return s;
+}
+
+AnchorScales anchor_scales(const AnchorProbe& at_calibration, const AnchorProbe& now) {
+  AnchorScales a;
+  a.memory = now.decode_iteration_s / at_calibration.decode_iteration_s;
+  a.compute = at_calibration.gemm_flops_per_s / now.gemm_flops_per_s;
+  return a;
+}
+
+}  // namespace servesim

@@ -1,0 +1,95 @@
+// Re-anchoring a device profile on the device's state now.
+//
+// A shared machine (a VM on a busy host) does not keep its speed: on the
+// 2-core VM servesim is developed on, small-110m's batch-1 decode step
+// measured 7.1 ms and 10.9 ms one minute apart, with the same binary and
+// inputs, while it stays within a few percent over the seconds of one run.
+// A profile measured at one moment cannot predict a run made at another
+// moment of such a machine. The anchor probes tell the two moments apart:
+//   decode probe  - the decoder's own 1-token decode iteration (a decoder of
+//                   the model's `layers` layers with random weights,
+//                   `context` tokens of context), which streams the weights
+//                   as every decode does: memory-bound;
+//   GEMM probe    - cpu::matmul on an n^3 product: compute-bound.
+// calibrate measures both before each benchmark family and at its end and
+// stores their median in the profile (the device's typical state while the
+// tables were measured); validate measures them again just before and just
+// after the real run and reports the ratios (the device's drift), and with
+// --anchor apply re-anchors the predictions on the run's probes (the
+// geometric mean of before and after): the ProfileModel scales every
+// operator by
+//   memory_scale  = decode probe now / decode probe at calibration   (a time ratio)
+//   compute_scale = GEMM FLOP/s at calibration / GEMM FLOP/s now
+// in proportion to the operator's memory-bound and compute-bound shares
+// (calib/profile_model.h). On the 2-core VM the state flips between fast
+// and slow phases within tens of seconds, faster than a probe pair can
+// follow, so applying the scales is opt-in; the report always shows them.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kernels/decoder/sampler.h"
+#include "sim/model_spec.h"
+
+namespace servesim {
+
+struct AnchorProbe {
+  double decode_iteration_s = 0;  // median wall time of the 1-token decode iteration
+  double gemm_flops_per_s = 0;    // median cpu::matmul throughput
+  int32_t layers = 0;             // decoder layers of the decode probe
+  int64_t context = 0;            // its context length (cached tokens + 1)
+  int64_t gemm_n = 0;             // n of the n^3 GEMM
+
+  nlohmann::json to_json() const;
+  // Throws InputError naming `source` for a malformed object.
+  static AnchorProbe from_json(const nlohmann::json& j, const std::string& source);
+};
+
+struct AnchorSettings {
+  ModelSpec model;       // the profiled shape; the probe uses `layers` of its layers
+  int threads = 0;       // 0: every core
+  int32_t layers = 1;
+  int64_t context = 16;
+  int32_t block_size = 16;
+  uint64_t weights_seed = 0;
+  SamplingParams sampling;
+  int64_t gemm_n = 1024;
+  int repetitions = 40;  // timed decode iterations (the GEMM: a quarter as many, at least 3)
+};
+
+// Measures both probes (about half a second for small-110m on 2 cores).
+AnchorProbe measure_anchor(const AnchorSettings& settings);
+
+// The probes' decoder and GEMM, built once and measured many times (the
+// calibration probes between its benchmark families).
+class AnchorProber {
+ public:
+  explicit AnchorProber(const AnchorSettings& settings);
+  ~AnchorProber();
+  AnchorProbe measure();
+
+ private:
+  struct State;
+  AnchorSettings settings_;
+  std::unique_ptr<State> state_;
+};
+
+// The element-wise median of several probes (the device's typical state
+// over them); layers, context and gemm_n from the first. Requires >= 1.
+AnchorProbe median_probe(const std::vector<AnchorProbe>& probes);
+
+// The settings that reproduce `probe` for `model` (as stored in a profile).
+AnchorSettings anchor_settings_of(const AnchorProbe& probe, const ModelSpec& model, int threads,
+                                  int32_t block_size, uint64_t weights_seed, const SamplingParams& sampling);
+
+struct AnchorScales {
+  double memory = 1.0;   // multiply memory-bound time by this
+  double compute = 1.0;  // multiply compute-bound time by this
+};
+AnchorScales anchor_scales(const AnchorProbe& at_calibration, const AnchorProbe& now);
+
+}  // namespace servesim
