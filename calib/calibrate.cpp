@@ -846,6 +846,56 @@ DeviceProfile calibrate(const CalibrationOptions& options, std::function<void(co
     predicted = tables.breakdown(plan).total();
   }
   p.iteration_overhead_s = std::max(0.0, iteration_s - predicted);
+
+  // ---- in situ: whole-model prefills of T tokens against the tables
+  // (calib/profile_model.h), so the GEMMs' cost inside a forward pass is
+  // what a prediction uses.
+  {
+    std::vector<int64_t> lengths;
+    const int64_t longest = std::min<int64_t>(options.max_batched_tokens, resolved_max_context(options));
+    for (int64_t t : quick ? std::vector<int64_t>{32, 128} : std::vector<int64_t>{32, 128, 512})
+      if (t <= longest) lengths.push_back(t);
+    if (!lengths.empty()) {
+      CpuDecoderOptions decoder_options;
+      decoder_options.threads = threads;
+      DecoderExecutorOptions executor_options;
+      executor_options.sampling = sampling;
+      const int64_t blocks = ceil_div(lengths.back(), bs);
+      DecoderExecutor executor(make_cpu_decoder(random_weights(model, options.weights_seed), blocks, bs,
+                                                decoder_options),
+                               executor_options);
+      std::vector<int32_t> table;
+      for (int64_t b = 0; b < blocks; ++b) table.push_back(int32_t(b));
+      const ProfileModel tables(p, model, "calibration");  // no in-situ factor yet
+      for (int64_t t : lengths) {
+        IterationPlan plan;
+        ScheduledSequence seq;
+        seq.request_id = 1;
+        seq.num_query_tokens = int32_t(t);
+        seq.num_cached_tokens = 0;
+        seq.is_prefill = true;
+        seq.samples = true;
+        seq.block_table = table;
+        plan.add(seq);
+        std::vector<double> times;
+        IterationResult result;
+        for (int i = 0; i < 1 + settings.repetitions; ++i) {
+          result.reset();
+          executor.execute(plan, result);
+          if (i > 0) times.push_back(result.duration_s);  // the first one warms up
+        }
+        std::sort(times.begin(), times.end());
+        const double measured = times[times.size() / 2];
+        const ProfileBreakdown b = tables.breakdown(plan);
+        const double scaled = b.gemm + b.elementwise;
+        const double factor = std::max(0.1, (measured - (b.total() - scaled)) / scaled);
+        p.gemm_in_situ.x.push_back(double(t));
+        p.gemm_in_situ.factor.push_back(factor);
+        say(fmt::format("    in situ: a {}-token prefill took {:.2f} ms, the tables say {:.2f} ms: GEMMs x{:.3f}", t,
+                        measured * 1e3, b.total() * 1e3, factor));
+      }
+    }
+  }
   if (json_file.is_open()) {
     json_file.close();
     if (!json_file) throw InputError(fmt::format("{}: write failed", options.raw_benchmarks_path));

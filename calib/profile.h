@@ -54,6 +54,14 @@ struct DeviceProfile {
   // Host-side cost of an iteration (layout, launches, bookkeeping): a minimal
   // plan's measured time minus its kernels' predicted time.
   double iteration_overhead_s = 0;
+  // In-situ factor of the token-proportional work (GEMMs and elementwise)
+  // against the iteration's token count T: a whole-model prefill of T
+  // tokens through the real executor, measured, against the tables'
+  // prediction (calib/profile_model.h). x = T (ascending, > 0), factor > 0
+  // at each; empty in profiles from before it was measured.
+  struct InSitu {
+    std::vector<double> x, factor;
+  } gemm_in_situ;
 
   // Ceilings measured in the same run.
   double stream_copy_bytes_per_s = 0;

@@ -319,15 +319,34 @@ double ProfileModel::decode_attention_seconds(double rows, double pairs) const {
   return anchor_.memory * fit * grid_correction(profile_.decode_attention, decode_log_ratio_, rows, pairs / rows);
 }
 
+double ProfileModel::in_situ_factor(double tokens) const {
+  const auto& c = profile_.gemm_in_situ;
+  if (c.x.empty() || !(tokens > 1)) return 1.0;
+  if (tokens >= c.x.back()) return c.factor.back();
+  // Points (1, 1), (x0, f0), (x1, f1), ...: linear in log T between neighbours.
+  double x0 = 1, f0 = 1;
+  for (size_t i = 0; i < c.x.size(); ++i) {
+    if (tokens <= c.x[i]) {
+      if (c.x[i] <= x0) return c.factor[i];
+      const double w = std::log(tokens / x0) / std::log(c.x[i] / x0);
+      return f0 + w * (c.factor[i] - f0);
+    }
+    x0 = c.x[i];
+    f0 = c.factor[i];
+  }
+  return c.factor.back();
+}
+
 ProfileBreakdown ProfileModel::breakdown(const IterationPlan& plan) const {
   const double L = double(model_.num_hidden_layers);
   const double T = double(plan.num_tokens());
   const double S = double(plan.num_sample_rows);
   ProfileBreakdown out;
   if (T > 0) {
-    out.gemm = L * (op_seconds(ProfileOp::GemmQkv, T) + op_seconds(ProfileOp::GemmO, T) +
-                    op_seconds(ProfileOp::GemmGateUp, T) + op_seconds(ProfileOp::GemmDown, T));
-    out.elementwise = L * op_seconds(ProfileOp::Elementwise, T);
+    const double f = in_situ_factor(T);
+    out.gemm = f * L * (op_seconds(ProfileOp::GemmQkv, T) + op_seconds(ProfileOp::GemmO, T) +
+                        op_seconds(ProfileOp::GemmGateUp, T) + op_seconds(ProfileOp::GemmDown, T));
+    out.elementwise = f * L * op_seconds(ProfileOp::Elementwise, T);
   }
   double prefill = 0, decode_rows = 0, decode_pairs = 0;
   for (const ScheduledSequence& s : plan.sequences) {
@@ -367,6 +386,7 @@ nlohmann::json ProfileModel::describe() const {
           {"dtype", profile_.dtype},
           {"block_size", profile_.block_size},
           {"anchor_scales", {{"memory", anchor_.memory}, {"compute", anchor_.compute}}},
+          {"gemm_in_situ", {{"x", profile_.gemm_in_situ.x}, {"factor", profile_.gemm_in_situ.factor}}},
           {"iteration_overhead_s", profile_.iteration_overhead_s},
           {"ceilings",
            {{"stream_copy_bytes_per_s", profile_.stream_copy_bytes_per_s},

@@ -48,6 +48,17 @@
 //   The fit is floored at 1e-3 x the smallest seconds of its table, so every
 //   prediction is > 0.
 //
+// In situ (profile.gemm_in_situ): the kernels run one at a time; inside a
+// forward pass the same GEMMs run slower (on the 2-core VM, small-110m's
+// whole-model prefills took about 10% longer than their tables' sum). The
+// calibration measures whole-model prefills of T tokens and keeps
+//   f(T) = (measured - attention - LM head - overhead) / (GEMMs + elementwise),
+// and the GEMM and elementwise parts of an iteration of T tokens are
+// multiplied by f(T): linear in log T between the measured points, and
+// between (1, 1) and the first point (a 1-token decode is matched by the
+// fixed overhead, measured on the whole model's decode); f of the last point
+// beyond it. A profile without the curve uses f = 1.
+//
 // Re-anchoring (set_anchor_scales, calib/anchor.h): on a machine whose speed
 // drifts, a validation measures how much slower memory-bound work (scale
 // s_m) and compute-bound work (s_c) run now than at calibration. Every
@@ -139,6 +150,8 @@ class ProfileModel final : public Executor {
   // The same for one prefill chunk's attention (q query tokens, c cached).
   std::pair<double, double> prefill_attention_roofline_parts(double q, double c) const;
 
+  // f(T) of the in-situ rule (see the top of this file).
+  double in_situ_factor(double tokens) const;
   // Re-anchors every cost (see the top of this file); scales must be > 0.
   void set_anchor_scales(const AnchorScales& scales);
   const AnchorScales& anchor_scales() const { return anchor_; }

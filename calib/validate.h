@@ -164,11 +164,11 @@ struct ValidationCallbacks {
 
 struct ValidationOptions {
   // The profiles' anchor probes (calib/anchor.h), measured again just
-  // before and just after the real run: Off skips them; Report (default)
-  // reports how much slower or faster the device ran than at calibration;
-  // Apply also re-anchors the predictions by those scales. Needs profiles
-  // with an anchor, measured on the run's device kind.
-  enum class Anchor { Off, Report, Apply } anchor = Anchor::Report;
+  // before and just after the real run: Off skips them; Report reports how
+  // much slower or faster the device ran than at calibration; Apply
+  // (default) also re-anchors the predictions by those scales. Needs
+  // profiles with an anchor, measured on the run's device kind.
+  enum class Anchor { Off, Report, Apply } anchor = Anchor::Apply;
   // The separate draft's profile of a speculative run (see run_validation).
   const DeviceProfile* draft_profile = nullptr;
 };

@@ -47,12 +47,17 @@ def main():
     ap.add_argument("--servesim", default=os.path.join(ROOT, "build/release/cli/servesim"))
     ap.add_argument("--out", default=os.path.join(ROOT, "experiments/results/cpu"))
     ap.add_argument("--quick", action="store_true", help="quick calibration and fewer requests (a smoke test)")
+    ap.add_argument("--anchor", choices=["apply", "report", "off"], default="apply",
+                    help="validate's --anchor: apply (default) re-anchors the predictions on the device's "
+                         "state during each run, report only reports it")
+    ap.add_argument("--profile", help="use this profile instead of calibrating one")
     opts = ap.parse_args()
     os.makedirs(opts.out, exist_ok=True)
 
-    profile = os.path.join(opts.out, "profile.json")
-    sh([opts.servesim, "calibrate", "--device", "cpu", "--model", MODEL, "--out", profile]
-       + (["--quick"] if opts.quick else []))
+    profile = opts.profile or os.path.join(opts.out, "profile.json")
+    if not opts.profile:
+        sh([opts.servesim, "calibrate", "--device", "cpu", "--model", MODEL, "--out", profile]
+           + (["--quick"] if opts.quick else []))
 
     rows = []
     for scheduler in SCHEDULERS:
@@ -62,7 +67,7 @@ def main():
             point = os.path.join(opts.out, f"{scheduler}_{load}")
             sh([opts.servesim, "validate", "--device", "cpu", "--model", MODEL, "--profile", profile,
                 "--scheduler", scheduler, "--arrival", "poisson", "--rate", str(rate),
-                "--num-requests", str(n), "--seed", "1", "--quiet", "--out", point])
+                "--num-requests", str(n), "--seed", "1", "--quiet", "--anchor", opts.anchor, "--out", point])
             for mode in ["replay", "predict"]:
                 with open(os.path.join(point, f"report_{mode}.json")) as f:
                     r = json.load(f)
@@ -96,7 +101,7 @@ def main():
             cpu = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    meta = {"command": "experiments/validation_cpu/run.py" + (" --quick" if opts.quick else ""),
+    meta = {"command": "experiments/validation_cpu/run.py " + " ".join(sys.argv[1:]),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "commit": commit, "machine": f"{cpu} ({os.cpu_count()} cores), {platform.node()}",
             "model": MODEL, "loads": LOADS, "schedulers": SCHEDULERS, "seed": 1}

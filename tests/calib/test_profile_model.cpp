@@ -493,3 +493,33 @@ TEST_CASE("profile model: anchor probes round-trip through the profile file and 
   CHECK(rel_close(s.memory, 11.0 / 7.0, 1e-12));
   CHECK(rel_close(s.compute, 3.0 / 2.0, 1e-12));
 }
+
+TEST_CASE("profile model: the in-situ factor scales GEMMs and elementwise work, linear in log T") {
+  const ModelSpec m = tiny_model();
+  DeviceProfile p = synthetic_profile(m);
+  ProfileModel plain(p, m);
+  p.gemm_in_situ.x = {32, 512};
+  p.gemm_in_situ.factor = {1.0, 1.2};
+  ProfileModel in_situ(p, m);
+  CHECK(in_situ.in_situ_factor(1) == 1.0);
+  CHECK(in_situ.in_situ_factor(32) == Approx(1.0));
+  CHECK(in_situ.in_situ_factor(128) == Approx(1.1));  // halfway in log T between 32 and 512
+  CHECK(in_situ.in_situ_factor(4096) == Approx(1.2));  // the last point's beyond it
+  p.gemm_in_situ.factor = {0.5, 1.2};
+  CHECK(ProfileModel(p, m).in_situ_factor(std::sqrt(32.0)) == Approx(0.75));  // from (1, 1) to (32, 0.5)
+
+  IterationPlan plan;
+  plan.add(seq(0, 128, 0, true, true));
+  const ProfileBreakdown a = plain.breakdown(plan), b = in_situ.breakdown(plan);
+  CHECK(b.gemm == Approx(1.1 * a.gemm));
+  CHECK(b.elementwise == Approx(1.1 * a.elementwise));
+  CHECK(b.prefill_attention == a.prefill_attention);
+  CHECK(b.lm_head == a.lm_head);
+
+  // Through the file, and refused when malformed.
+  const DeviceProfile back = DeviceProfile::from_json(DeviceProfile(p).to_json(), "test");
+  CHECK(back.gemm_in_situ.factor == p.gemm_in_situ.factor);
+  nlohmann::json bad = p.to_json();
+  bad["tables"]["gemm_in_situ"]["factor"] = {1.0};
+  CHECK_THROWS_AS(DeviceProfile::from_json(bad, "test"), InputError);
+}

@@ -15,12 +15,16 @@ parser.add_argument("--servesim", required=True)
 parser.add_argument("--study", required=True)
 parser.add_argument("--committed", required=True)
 parser.add_argument("--scratch", required=True)
+parser.add_argument("--files", nargs="*", help="the CSVs to compare (default: every committed CSV); measured "
+                                               "results cannot reproduce and are left out this way")
+parser.add_argument("--study-args", nargs=argparse.REMAINDER, default=[],
+                    help="arguments for the study after --servesim and --out (give it last)")
 opts = parser.parse_args()
 
 os.makedirs(opts.scratch, exist_ok=True)
-subprocess.run([sys.executable, opts.study, "--servesim", opts.servesim, "--out", opts.scratch],
+subprocess.run([sys.executable, opts.study, "--servesim", opts.servesim, "--out", opts.scratch, *opts.study_args],
                check=True, stderr=subprocess.DEVNULL)
-csvs = sorted(f for f in os.listdir(opts.committed) if f.endswith(".csv"))
+csvs = opts.files or sorted(f for f in os.listdir(opts.committed) if f.endswith(".csv"))
 if not csvs:
     sys.exit(f"{opts.committed}: no committed CSV results")
 stale = [f for f in csvs if not filecmp.cmp(os.path.join(opts.committed, f), os.path.join(opts.scratch, f), shallow=False)]
