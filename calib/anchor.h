@@ -14,17 +14,18 @@
 // calibrate measures both before each benchmark family and at its end and
 // stores their median in the profile (the device's typical state while the
 // tables were measured); validate measures them again just before and just
-// after the real run, reports the ratios (the device's drift) and, unless
-// --anchor report|off, re-anchors the predictions on the run's probes (the
+// after the real run, reports the ratios (the device's drift) and, with
+// --anchor apply, re-anchors the predictions on the run's probes (the
 // geometric mean of before and after): the ProfileModel scales every
 // operator by
 //   memory_scale  = decode probe now / decode probe at calibration   (a time ratio)
 //   compute_scale = GEMM FLOP/s at calibration / GEMM FLOP/s now
 // in proportion to the operator's memory-bound and compute-bound shares
-// (calib/profile_model.h). On the 2-core VM this brought replay-mode TTFT
-// and TPOT within 10% at all six points of experiments/validation_cpu where
-// unanchored predictions missed by up to 26%; the state can still flip
-// within a run, faster than a probe pair can follow.
+// (calib/profile_model.h). On the 2-core VM applying them brought one run
+// of experiments/validation_cpu within 10% in replay mode at all six points
+// (unanchored: up to 26% off) but over-corrected another (the whole-model
+// probe slowed more than the kernels timed alone), so validate reports the
+// drift by default and applies it only with --anchor apply.
 #pragma once
 
 #include <cstdint>

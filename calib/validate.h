@@ -165,10 +165,10 @@ struct ValidationCallbacks {
 struct ValidationOptions {
   // The profiles' anchor probes (calib/anchor.h), measured again just
   // before and just after the real run: Off skips them; Report reports how
-  // much slower or faster the device ran than at calibration; Apply
-  // (default) also re-anchors the predictions by those scales. Needs
-  // profiles with an anchor, measured on the run's device kind.
-  enum class Anchor { Off, Report, Apply } anchor = Anchor::Apply;
+  // much slower or faster the device ran than at calibration (default);
+  // Apply also re-anchors the predictions by those scales. Needs profiles
+  // with an anchor, measured on the run's device kind.
+  enum class Anchor { Off, Report, Apply } anchor = Anchor::Report;
   // The separate draft's profile of a speculative run (see run_validation).
   const DeviceProfile* draft_profile = nullptr;
 };

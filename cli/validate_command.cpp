@@ -33,11 +33,12 @@ int validate_command(int argc, const char* const* argv) {
       ("draft-profile", po::value<std::string>(),
        "with --draft-model: the draft's device profile (default: a quick calibration of the draft, "
        "saved as OUT/draft_profile.json); a --self-draft-layers draft is costed by --profile's tables")
-      ("anchor", po::value<std::string>()->default_value("apply"),
-       "apply | report | off: the profile's anchor probes (a whole-model decode step and a GEMM) are "
-       "measured again before and after the real run; apply scales the predictions' memory- and "
-       "compute-bound costs by how much slower or faster the device ran than at calibration "
-       "(report.json's anchor says by how much), report only reports it, off skips the probes")
+      ("anchor", po::value<std::string>()->default_value("report"),
+       "report | apply | off: the profile's anchor probes (a whole-model decode step and a GEMM) are "
+       "measured again before and after the real run; report says how much slower or faster the device "
+       "ran than at calibration (report.json's anchor), apply also scales the predictions' memory- and "
+       "compute-bound costs by it (experimental: on this VM it helped some runs and over-corrected "
+       "others), off skips the probes")
       ("mode", po::value<std::string>()->default_value("predict"),
        "which prediction report.json describes: replay (the real run's iterations costed by the "
        "profile: the cost model's error alone) | predict (an independent simulation of the "
@@ -127,9 +128,9 @@ int validate_command(int argc, const char* const* argv) {
   callbacks.note = note;
   ValidationOptions options;
   options.draft_profile = draft_profile ? &*draft_profile : nullptr;
-  options.anchor = anchor == "off"      ? ValidationOptions::Anchor::Off
-                   : anchor == "report" ? ValidationOptions::Anchor::Report
-                                        : ValidationOptions::Anchor::Apply;
+  options.anchor = anchor == "off"     ? ValidationOptions::Anchor::Off
+                   : anchor == "apply" ? ValidationOptions::Anchor::Apply
+                                       : ValidationOptions::Anchor::Report;
   ValidationResult result = run_validation(setup, workload, profile, profile_source, callbacks, options);
   if (!quiet && stderr_is_terminal()) std::fprintf(stderr, "\n");
   result.profile_saved_as = saved_as;
