@@ -9,6 +9,7 @@ records (tokens asked, steps taken), never from earlier output of the program.
 """
 
 import argparse
+import json
 import math
 import os
 import shutil
@@ -80,6 +81,19 @@ def check_speculative_outputs(out, s, k):
     return sp
 
 
+def mini_model(ctx, name, layers):
+    """A config.json folder: a 64-wide llama with tiny-15m's 32000-token
+    vocabulary, fast enough for the sanitizer build."""
+    folder = ctx.path(name)
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": layers,
+                   "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 32000,
+                   "max_position_embeddings": 256, "tie_word_embeddings": True, "rms_norm_eps": 1e-5,
+                   "rope_theta": 10000.0, "torch_dtype": "float32"}, f)
+    return folder
+
+
 @case
 def run_spec_help(ctx):
     p = ctx.ok("run", "--help")
@@ -90,13 +104,18 @@ def run_spec_help(ctx):
 
 @case
 def run_spec_draft_model(ctx):
-    # The issue's pair: tiny-15m drafting for small-110m (one vocabulary).
+    # A separate draft over the target's vocabulary: a 2-layer, 64-wide model
+    # from a config.json drafting for tiny-15m. (The issue's pair, tiny-15m
+    # for small-110m, is served by experiments/speculative/run.py; here it
+    # would take minutes under the sanitizer build.)
     k = 3
-    out, s = spec_run(ctx, "draft", "--model", "small-110m", "--draft-model", "tiny-15m",
+    draft_dir = mini_model(ctx, "draft_model", layers=2)
+    out, s = spec_run(ctx, "draft", "--model", "tiny-15m", "--draft-model", draft_dir,
                       "--num-speculative-tokens", str(k))
     check_speculative_outputs(out, s, k)
     cfg = s["config"]["speculative"]
-    check(cfg["draft"]["name"] == "tiny-15m", f"config.speculative.draft.name {cfg['draft'].get('name')!r}")
+    check(cfg["draft"]["num_hidden_layers"] == 2 and cfg["draft"]["hidden_size"] == 64,
+          f"config.speculative.draft {cfg['draft']}")
     check(cfg["draft"]["shares_target_weights"] is False, "a separate draft owns its weights")
     check(cfg["draft"]["weights"]["bytes"] > 0, "config.speculative.draft.weights.bytes")
     check(cfg["acceptance"]["mode"] == "exact", "temperature 0 verifies exactly")
@@ -123,7 +142,8 @@ def run_spec_controlled_acceptance(ctx):
     # probability 0.5 given the earlier ones (4 standard errors).
     k, a = 3, 0.5
     out = ctx.path("controlled")
-    ctx.ok("run", "--quiet", "--model", "tiny-15m", "--self-draft-layers", "3", "--num-speculative-tokens", str(k),
+    ctx.ok("run", "--quiet", "--model", mini_model(ctx, "target", layers=4), "--self-draft-layers", "3",
+           "--num-speculative-tokens", str(k),
            "--acceptance-rate", str(a), "--arrival", "closed", "--concurrency", "8", "--num-requests", "16",
            "--prompt-len", "8", "--output-len", "60", "--kv-cache-memory", "128MiB", "--out", out)
     s = load_summary(out)
