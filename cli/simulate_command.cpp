@@ -25,11 +25,6 @@ bool given(const po::variables_map& vm, const char* flag) {
   return vm.count(flag) > 0 && !vm[flag].defaulted();
 }
 
-// K and V of one token in every layer, as the CPU decoder stores them (fp32).
-double fp32_kv_bytes_per_token(const ModelSpec& m) {
-  return 2.0 * double(m.num_hidden_layers * m.num_key_value_heads * m.head_dim) * sizeof(float);
-}
-
 po::options_description speculative_options() {
   po::options_description o("Speculative decoding (with --num-speculative-tokens K >= 1; with K = 0 these "
                             "flags are checked but unused, so a sweep over K can include 0)", kHelpWidth);
@@ -214,7 +209,7 @@ int simulate_command(int argc, const char* const* argv) {
     if (cpu_kv_bytes) {
       config["scheduler"]["kv_cache_bytes"] =
           double(out.scheduler.num_gpu_blocks) * out.scheduler.block_size *
-          (fp32_kv_bytes_per_token(setup.model) + (setup.draft ? fp32_kv_bytes_per_token(setup.draft->spec) : 0.0));
+          (cpu_kv_bytes_per_token(setup.model) + (setup.draft ? cpu_kv_bytes_per_token(setup.draft->spec) : 0.0));
       config["scheduler"]["kv_cache_rule"] = fmt::format("{:.0f} bytes of fp32 KV cache (cpu profile)",
                                                          *cpu_kv_bytes);
     }

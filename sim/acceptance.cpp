@@ -34,13 +34,6 @@ std::vector<std::string> split(const std::string& text, char sep) {
   return parts;
 }
 
-uint64_t mix(uint64_t x) {  // SplitMix64 finaliser
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
-
 }  // namespace
 
 AcceptanceModel AcceptanceModel::independent(double rate) {
@@ -231,7 +224,7 @@ int32_t AcceptanceModel::sample(int64_t request_id, int32_t proposed, Rng& rng) 
     if (it == request_rates_.end()) {
       // The request's own generator: its rate does not depend on the order
       // in which requests are first seen.
-      Rng own(mix(seed_ ^ mix(uint64_t(request_id))));
+      Rng own(splitmix64_finalize(seed_ ^ splitmix64_finalize(uint64_t(request_id))));
       const double x = own.gamma(beta_a_, 1.0), y = own.gamma(beta_b_, 1.0);
       it = request_rates_.emplace(request_id, x + y > 0 ? x / (x + y) : 0.0).first;
     }

@@ -11,6 +11,16 @@
 
 namespace servesim {
 
+// SplitMix64's finaliser (Steele, Lea, Flood 2014): a bijective 64-bit
+// mix, for seeding per-item generators and hashing (seed, id, position)
+// without a generator's state.
+inline uint64_t splitmix64_finalize(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ULL;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+  return x ^ (x >> 31);
+}
+
 class Rng {
  public:
   explicit Rng(uint64_t seed) : engine_(seed) {}

@@ -38,18 +38,17 @@ void SpeculativeCostModel::run(const IterationPlan& plan, const int32_t* given_a
                                                       : std::min(it->second, item.num_cached_tokens);
   }
   plan_draft_passes(plan, item_draft_cached_, passes_);
-  last_draft_s_ = 0;
+  double draft_s = 0;
   for (const IterationPlan& pass : passes_) {
     scratch_.reset();
     draft_.execute(pass, scratch_);
-    last_draft_s_ += scratch_.duration_s;
+    draft_s += scratch_.duration_s;
   }
   scratch_.reset();
   target_.execute(plan, scratch_);
-  last_target_s_ = scratch_.duration_s;
 
-  result.duration_s = last_draft_s_ + last_target_s_;
-  stats_.add_draft_seconds(last_draft_s_);
+  result.duration_s = draft_s + scratch_.duration_s;
+  stats_.add_draft_seconds(draft_s);
   result.emitted_tokens.assign(n, 0);
   for (size_t i = 0; i < n; ++i) {
     const ScheduledSequence& item = plan.sequences[i];

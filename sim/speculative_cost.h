@@ -43,10 +43,6 @@ class SpeculativeCostModel final : public Executor {
   // run): accepted[i] for decode item i, ignored for the others.
   void execute_with_accepted(const IterationPlan& plan, std::span<const int32_t> accepted,
                              IterationResult& result);
-  // Seconds of the last iteration's draft passes and verification.
-  double last_draft_seconds() const { return last_draft_s_; }
-  double last_target_seconds() const { return last_target_s_; }
-  const AcceptanceModel& acceptance() const { return acceptance_; }
 
  private:
   void run(const IterationPlan& plan, const int32_t* accepted, IterationResult& result);
@@ -60,7 +56,6 @@ class SpeculativeCostModel final : public Executor {
   std::vector<int32_t> item_draft_cached_, item_accepted_;
   std::vector<IterationPlan> passes_;
   IterationResult scratch_;
-  double last_draft_s_ = 0, last_target_s_ = 0;
 };
 
 }  // namespace servesim

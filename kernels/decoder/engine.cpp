@@ -11,14 +11,9 @@
 
 namespace servesim {
 
-namespace {
-
-// fp32 K and V of one token in every layer.
 double cpu_kv_bytes_per_token(const ModelSpec& m) {
   return 2.0 * double(m.num_hidden_layers * m.num_key_value_heads * m.head_dim) * sizeof(float);
 }
-
-}  // namespace
 
 int64_t cpu_kv_blocks(const ModelSpec& m, double bytes, int32_t block_size, const ModelSpec* draft) {
   if (block_size < 1) throw InputError(fmt::format("--block-size must be >= 1 (got {})", block_size));

@@ -49,6 +49,9 @@ struct EngineOutput {
   std::optional<SpeculativeStats> speculative;
 };
 
+// K and V of one token in every layer, as the CPU decoder stores them (fp32).
+double cpu_kv_bytes_per_token(const ModelSpec& model);
+
 // KV blocks that fit in `bytes` when the decoder stores K and V in fp32;
 // with a draft, blocks of both caches (a block id holds the same positions
 // in each).

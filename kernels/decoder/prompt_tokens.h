@@ -5,14 +5,9 @@
 
 #include <cstdint>
 
-namespace servesim {
+#include "sim/random.h"
 
-inline uint64_t splitmix64_finalize(uint64_t x) {  // SplitMix64 finaliser
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
+namespace servesim {
 
 // The prompt token at `position` of `request_id` for a vocabulary of `vocab`
 // (>= 4) ids. Ids 0..2 are special in Llama-2-style vocabularies; prompts

@@ -8,16 +8,10 @@
 #include <fmt/format.h>
 
 #include "sim/errors.h"
+#include "sim/random.h"
 
 namespace servesim {
 namespace {
-
-uint64_t mix(uint64_t x) {  // SplitMix64 finaliser
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
 
 int32_t argmax(std::span<const float> logits) {
   return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
@@ -60,7 +54,8 @@ int32_t sample_token(std::span<const float> logits, const SamplingParams& p, int
   if (p.temperature == 0.0) return argmax(logits);
   std::vector<double> probs(logits.size());
   sampling_distribution(logits, p, probs);
-  const uint64_t bits = mix(mix(p.seed ^ mix(uint64_t(request_id))) ^ uint64_t(position));
+  const uint64_t bits =
+      splitmix64_finalize(splitmix64_finalize(p.seed ^ splitmix64_finalize(uint64_t(request_id))) ^ uint64_t(position));
   const double u = double(bits >> 11) * 0x1.0p-53;
   double cumulative = 0;
   int32_t last_nonzero = 0;

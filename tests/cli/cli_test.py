@@ -547,8 +547,9 @@ def validate_refuses_other_model(ctx):
     expect_input_error(ctx, ["simulate", "--model", "small-110m", "--profile", profile], ["tiny-15m"])
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__)
+def run_case_from_argv(cases, description):
+    """The command line every tests/cli/*_test.py script shares: --list, or run one case."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--servesim")
     ap.add_argument("--source-dir")
     ap.add_argument("--work-dir")
@@ -556,9 +557,9 @@ def main():
     ap.add_argument("case", nargs="?")
     a = ap.parse_args()
     if a.list:
-        print("\n".join(CASES))
+        print("\n".join(cases))
         return 0
-    if a.case not in CASES:
+    if a.case not in cases:
         ap.error(f"unknown case {a.case!r}; --list shows them")
     if not (a.servesim and a.source_dir and a.work_dir):
         ap.error("--servesim, --source-dir and --work-dir are required")
@@ -566,7 +567,7 @@ def main():
     shutil.rmtree(work, ignore_errors=True)
     ctx = Ctx(os.path.abspath(a.servesim), os.path.abspath(a.source_dir), work)
     try:
-        CASES[a.case](ctx)
+        cases[a.case](ctx)
     except Failure as e:
         print(f"FAILED {a.case}: {e}")
         return 1
@@ -575,4 +576,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_case_from_argv(CASES, __doc__))

@@ -8,15 +8,13 @@ Expectations come from the flags, the closed forms and the outputs' own
 records (tokens asked, steps taken), never from earlier output of the program.
 """
 
-import argparse
 import json
 import math
 import os
-import shutil
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cli_test import Ctx, Failure, check, close, expect_input_error, load_summary, read_csv  # noqa: E402
+from cli_test import check, close, expect_input_error, load_summary, read_csv, run_case_from_argv  # noqa: E402
 
 CASES = {}
 
@@ -199,32 +197,5 @@ def run_spec_errors(ctx):
     expect_input_error(ctx, base + ["--num-speculative-tokens", "-1"], ["--num-speculative-tokens"])
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--servesim")
-    ap.add_argument("--source-dir")
-    ap.add_argument("--work-dir")
-    ap.add_argument("--list", action="store_true", help="print the case names, one a line")
-    ap.add_argument("case", nargs="?")
-    a = ap.parse_args()
-    if a.list:
-        print("\n".join(CASES))
-        return 0
-    if a.case not in CASES:
-        ap.error(f"unknown case {a.case!r}; --list shows them")
-    if not (a.servesim and a.source_dir and a.work_dir):
-        ap.error("--servesim, --source-dir and --work-dir are required")
-    work = os.path.join(a.work_dir, a.case)
-    shutil.rmtree(work, ignore_errors=True)
-    ctx = Ctx(os.path.abspath(a.servesim), os.path.abspath(a.source_dir), work)
-    try:
-        CASES[a.case](ctx)
-    except Failure as e:
-        print(f"FAILED {a.case}: {e}")
-        return 1
-    print(f"passed {a.case}")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_case_from_argv(CASES, __doc__))

@@ -9,15 +9,13 @@ Expectations come from the flags and from direct `simulate --json` runs of
 the same points, never from earlier output of sweep itself.
 """
 
-import argparse
 import itertools
 import json
 import os
-import shutil
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cli_test import Ctx, Failure, check, expect_input_error, read_csv  # noqa: E402
+from cli_test import check, expect_input_error, read_csv, run_case_from_argv  # noqa: E402
 
 # Small, fast points: 40 requests of the default model on the h200 roofline.
 BASE = ["--num-requests", "40"]
@@ -352,32 +350,5 @@ def sweep_errors_from_simulate(ctx):
                              "--", *BASE], ["max-goodput", "--slo-ttft"])
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--servesim")
-    ap.add_argument("--source-dir")
-    ap.add_argument("--work-dir")
-    ap.add_argument("--list", action="store_true", help="print the case names, one a line")
-    ap.add_argument("case", nargs="?")
-    a = ap.parse_args()
-    if a.list:
-        print("\n".join(CASES))
-        return 0
-    if a.case not in CASES:
-        ap.error(f"unknown case {a.case!r}; --list shows them")
-    if not (a.servesim and a.source_dir and a.work_dir):
-        ap.error("--servesim, --source-dir and --work-dir are required")
-    work = os.path.join(a.work_dir, a.case)
-    shutil.rmtree(work, ignore_errors=True)
-    ctx = Ctx(os.path.abspath(a.servesim), os.path.abspath(a.source_dir), work)
-    try:
-        CASES[a.case](ctx)
-    except Failure as e:
-        print(f"FAILED {a.case}: {e}")
-        return 1
-    print(f"passed {a.case}")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_case_from_argv(CASES, __doc__))
