@@ -1,9 +1,9 @@
 // The calibration: Google Benchmark timings of the CPU decoder's own kernels
-// on the model's shapes, the machine's ceilings, and the profile they make.
+// on the model's shapes, the machine's ceilings, and the profile they make;
+// --device cuda[:N] goes to the CUDA calibration (calib/calibrate_cuda.cpp).
 // What each table holds is stated in calib/calibrate.h.
 #include "calib/calibrate.h"
 
-#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,12 +16,15 @@
 #include <memory>
 #include <span>
 #include <sstream>
+#include <stdexcept>
 
 #include <Eigen/Core>
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 #include <omp.h>
 
+#include "calib/calibration_common.h"
+#include "calib/calibrate_cuda.h"
 #include "calib/ceilings.h"
 #include "calib/microbench_runner.h"
 #include "calib/profile_model.h"
@@ -29,6 +32,7 @@
 #include "kernels/decoder/batch_layout.h"
 #include "kernels/decoder/decoder_executor.h"
 #include "kernels/decoder/decoder_model.h"
+#include "kernels/decoder/device_choice.h"
 #include "kernels/decoder/host_weights.h"
 #include "sim/errors.h"
 #include "sim/iteration_plan.h"
@@ -38,12 +42,17 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using cpu::Matrix;
+using calibration::axis_text;
+using calibration::cpu_model_name;
+using calibration::make_curve;
 
 constexpr size_t kMiB = size_t(1) << 20;
 // Quick mode caps each STREAM array at this (full mode: 4x the LLC).
 constexpr size_t kQuickStreamArrayCap = 256 * kMiB;
-// The largest decode cell's K and V, one layer.
+// The largest decode cell's K and V, one layer (the GPU's memory is larger,
+// and flushing its L2 needs no copies of the cell).
 constexpr double kDecodeKvBudgetBytes = 2.0 * double(size_t(1) << 30);
+constexpr double kCudaDecodeKvBudgetBytes = 8.0 * double(size_t(1) << 30);
 // n of the anchor probe's GEMM (calib/anchor.h): about 7 ms on 2 cores.
 constexpr int64_t kAnchorGemmSize = 1024;
 // Timed data rotates through copies that together hold this many times the
@@ -87,9 +96,10 @@ std::vector<int64_t> ascending(std::vector<int64_t> v) {
   return v;
 }
 
-// K and V bytes of one token in one layer (fp32).
-double kv_bytes_per_token_layer(const ModelSpec& m) {
-  return 2.0 * double(m.num_key_value_heads * m.head_dim) * sizeof(float);
+// K and V bytes of one token in one layer as the decoder on `device` stores
+// them (fp32 on the CPU, bf16 on CUDA).
+double kv_bytes_per_token_layer(const ModelSpec& m, const DeviceChoice& device) {
+  return 2.0 * double(m.num_key_value_heads * m.head_dim) * (device.cuda ? 2.0 : 4.0);
 }
 
 int64_t resolved_max_context(const CalibrationOptions& o) {
@@ -97,14 +107,15 @@ int64_t resolved_max_context(const CalibrationOptions& o) {
 }
 
 void check_options(const CalibrationOptions& o) {
-  if (o.device != "cpu")
-    throw InputError(fmt::format("--device '{}': only cpu in this build", o.device));
+  const DeviceChoice device = parse_device(o.device);  // InputError naming --device
   o.model.validate(o.model.name);
   if (o.threads < 0) throw InputError(fmt::format("--threads must be >= 0 (got {})", o.threads));
   if (o.block_size < 1 || o.block_size > 1024)
     throw InputError(fmt::format("--block-size must be in [1, 1024] (got {})", o.block_size));
-  if (o.max_batched_tokens < 1 || o.max_batched_tokens > 1 << 20)
-    throw InputError(fmt::format("--max-num-batched-tokens must be in [1, 1048576] (got {})", o.max_batched_tokens));
+  const int32_t max_tokens = device.cuda ? kCudaMaxBatchedTokens : 1 << 20;
+  if (o.max_batched_tokens < 1 || o.max_batched_tokens > max_tokens)
+    throw InputError(fmt::format("--max-num-batched-tokens must be in [1, {}] on {} (got {})", max_tokens,
+                                 device.kind(), o.max_batched_tokens));
   if (o.max_context < 0 || o.max_context > int64_t(1) << 24)
     throw InputError(fmt::format("--max-context must be in [0, 16777216] (got {}; 0: the model's maximum)",
                                  o.max_context));
@@ -123,84 +134,12 @@ void check_options(const CalibrationOptions& o) {
 
 // ------------------------------------------------------------ the machine ---
 
-std::string first_line_of(const char* command) {
-  std::string out;
-  if (FILE* p = popen(command, "r")) {
-    char buffer[256];
-    if (std::fgets(buffer, sizeof buffer, p)) out = buffer;
-    pclose(p);
-  }
-  while (!out.empty() && (out.back() == '\n' || out.back() == '\r' || out.back() == ' ')) out.pop_back();
-  return out;
-}
-
-std::string shell_quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-// The source commit: git's HEAD of the checkout holding this executable (a
-// build folder sits inside it), else of the working directory.
-std::string git_commit() {
-  std::vector<std::string> dirs;
-  std::error_code ec;
-  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (!ec) dirs.push_back(exe.parent_path().string());
-  dirs.push_back(".");
-  for (const std::string& dir : dirs) {
-    const std::string sha = first_line_of(("git -C " + shell_quote(dir) + " rev-parse HEAD 2>/dev/null").c_str());
-    if (sha.size() == 40 && sha.find_first_not_of("0123456789abcdef") == std::string::npos) return sha;
-  }
-  return "unknown";
-}
-
-std::string cpu_model_name() {
-  std::ifstream f("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("model name", 0) == 0) {
-      const auto colon = line.find(':');
-      if (colon != std::string::npos) {
-        std::string name = line.substr(colon + 1);
-        name.erase(0, name.find_first_not_of(" \t"));
-        return name;
-      }
-    }
-  return "unknown CPU";
-}
-
-std::string utc_now_iso() {
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char buffer[32];
-  std::strftime(buffer, sizeof buffer, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buffer;
-}
-
-std::string compiler_version() {
-#if defined(__clang__)
-  return std::string("clang ") + __clang_version__;
-#elif defined(__GNUC__)
-  return std::string("GCC ") + __VERSION__;
-#else
-  return "unknown";
-#endif
-}
-
 double physical_memory_bytes() {
   return double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
 }
 
 nlohmann::json host_json(int threads) {
-  nlohmann::json host;
-  utsname u{};
-  if (uname(&u) == 0) {
-    host["os"] = fmt::format("{} {} {}", u.sysname, u.release, u.machine);
-    host["hostname"] = u.nodename;
-  }
-  host["cpu"] = cpu_model_name();
+  nlohmann::json host = calibration::host_identity();
   host["logical_cpus"] = omp_get_num_procs();
   host["threads_used"] = threads;
   host["memory_bytes"] = physical_memory_bytes();
@@ -366,26 +305,13 @@ std::vector<double> medians(const std::vector<MicrobenchResult>& r, size_t first
   return out;
 }
 
-Curve make_curve(const std::vector<int64_t>& x, std::vector<double> seconds) {
-  Curve c;
-  for (int64_t v : x) c.x.push_back(double(v));
-  c.seconds = std::move(seconds);
-  return c;
-}
 
-nlohmann::json grids_json(const CalibrationGrids& g) {
-  return {{"tokens", g.tokens},
-          {"prefill_query", g.prefill_query},
-          {"prefill_cached", g.prefill_cached},
-          {"decode_batch", g.decode_batch},
-          {"decode_context", g.decode_context},
-          {"sampling_rows", g.sampling_rows}};
-}
 
 }  // namespace
 
 CalibrationGrids calibration_grids(const CalibrationOptions& o) {
   check_options(o);
+  const DeviceChoice device = parse_device(o.device);
   const bool quick = o.quick;
   const int64_t max_tokens = o.max_batched_tokens;
   const int64_t max_context = resolved_max_context(o);
@@ -398,6 +324,7 @@ CalibrationGrids calibration_grids(const CalibrationOptions& o) {
     g.prefill_query = capped({16, 128, 512}, max_tokens);
     g.prefill_cached = {0, std::min<int64_t>(256, max_context) - 1, max_context - 1};
     g.decode_batch = capped({1, 8, 32}, o.max_num_seqs);
+    if (device.cuda) g.decode_batch.push_back(o.max_num_seqs);  // a GPU batches every running sequence
     g.sampling_rows = capped({1, 8, 64}, max_rows);
     g.sampling_rows.push_back(max_rows);
   } else {
@@ -405,13 +332,14 @@ CalibrationGrids calibration_grids(const CalibrationOptions& o) {
     g.prefill_query = doubling(1, max_tokens);
     g.prefill_cached = {0};
     for (int64_t y : doubling(16, max_context)) g.prefill_cached.push_back(y - 1);
-    g.decode_batch = doubling(1, std::min<int32_t>(64, o.max_num_seqs));
+    g.decode_batch = doubling(1, device.cuda ? o.max_num_seqs : std::min<int32_t>(64, o.max_num_seqs));
     g.sampling_rows = doubling(1, max_rows);
   }
   // The longest decode context: the largest cell's K and V within budget.
-  const double per_token = kv_bytes_per_token_layer(o.model);
-  const double largest_batch = double(g.decode_batch.back());
-  const int64_t fits = int64_t(std::floor(kDecodeKvBudgetBytes / (largest_batch * per_token)));
+  const double per_token = kv_bytes_per_token_layer(o.model, device);
+  const double largest_batch = double(*std::max_element(g.decode_batch.begin(), g.decode_batch.end()));
+  const double budget = device.cuda ? kCudaDecodeKvBudgetBytes : kDecodeKvBudgetBytes;
+  const int64_t fits = int64_t(std::floor(budget / (largest_batch * per_token)));
   const int64_t max_decode = std::max<int64_t>(1, std::min(max_context, fits));
   const int64_t lo = std::min<int64_t>(16, max_decode);
   if (quick) {
@@ -428,6 +356,16 @@ CalibrationGrids calibration_grids(const CalibrationOptions& o) {
 }
 
 DeviceProfile calibrate(const CalibrationOptions& options, std::function<void(const std::string&)> progress) {
+  const DeviceChoice device = parse_device(options.device);
+  if (device.cuda) {
+    calibration_grids(options);  // the options first, then the device
+    require_device(device);      // InputError: no GPU, no CUDA backend, ...
+#if SERVESIM_WITH_CUDA
+    return calibrate_cuda(options, std::move(progress));
+#else
+    throw std::logic_error("require_device accepted a CUDA device in a build without CUDA");
+#endif
+  }
   const auto started = Clock::now();
   const ceilings::CpuUse cpu_at_start = ceilings::CpuUse::now();
   const CalibrationGrids grids = calibration_grids(options);  // checks the options
@@ -460,7 +398,7 @@ DeviceProfile calibrate(const CalibrationOptions& options, std::function<void(co
   const int64_t qkv_out = (H + 2 * Hkv) * dh, q_out = H * dh;
   const int64_t L = model.num_hidden_layers;
   const int32_t bs = options.block_size;
-  const double per_token_kv = kv_bytes_per_token_layer(model);
+  const double per_token_kv = kv_bytes_per_token_layer(model, DeviceChoice{});
   const double layer_weight_bytes = 4.0 * double(qkv_out * d + d * q_out + 2 * I * d + d * I);
   // The whole-iteration measurement and the anchor probe run the whole
   // model's decoder: a decode step streams every layer's weights, and the
@@ -567,9 +505,6 @@ DeviceProfile calibrate(const CalibrationOptions& options, std::function<void(co
   auto announce = [&](const std::string& name, const std::string& what) {
     probes.push_back(prober.measure());
     say(fmt::format("[{}/{}] {}: {}", ++family, families, name, what));
-  };
-  auto axis_text = [](const std::vector<int64_t>& v) {
-    return v.size() == 1 ? fmt::format("{}", v.front()) : fmt::format("{} .. {}", v.front(), v.back());
   };
 
   // ---- ceilings: STREAM copy and triad, the large GEMM.
@@ -786,9 +721,7 @@ DeviceProfile calibrate(const CalibrationOptions& options, std::function<void(co
   announce("iteration_overhead",
            fmt::format("a 1-token decode at context {} through DecoderExecutor ({} layers), minus its kernels",
                        context, weight_layers));
-  const int64_t overhead_blocks = ceil_div(context, bs);
-  std::vector<int32_t> overhead_table;
-  for (int64_t b = 0; b < overhead_blocks; ++b) overhead_table.push_back(int32_t(b));
+  const auto decode_plan = std::make_shared<calibration::OneSequencePlan>(1, 1, context - 1, false, bs);
   double iteration_s = 0;
   {
     CpuDecoderOptions decoder_options;
@@ -797,22 +730,13 @@ DeviceProfile calibrate(const CalibrationOptions& options, std::function<void(co
     executor_options.sampling = sampling;
     auto executor = std::make_shared<DecoderExecutor>(
         make_cpu_decoder(random_weights(KernelRig::with_layers(model, weight_layers), options.weights_seed),
-                         overhead_blocks, bs, decoder_options),
+                         decode_plan->blocks(), bs, decoder_options),
         executor_options);
-    auto plan = std::make_shared<IterationPlan>();
-    ScheduledSequence seq;
-    seq.request_id = 1;
-    seq.num_query_tokens = 1;
-    seq.num_cached_tokens = int32_t(context - 1);
-    seq.is_prefill = false;
-    seq.samples = true;
-    seq.block_table = overhead_table;
-    plan->add(seq);
-    auto make = [executor, plan]() -> Step {
+    auto make = [executor, decode_plan]() -> Step {
       auto result = std::make_shared<IterationResult>();
-      return [executor, plan, result](int64_t) {
+      return [executor, decode_plan, result](int64_t) {
         result->reset();
-        executor->execute(*plan, *result);
+        executor->execute(decode_plan->plan(), *result);
       };
     };
     add_benchmark(session, fmt::format("iteration/decode/b:1/L:{}", context), make);
@@ -831,20 +755,7 @@ DeviceProfile calibrate(const CalibrationOptions& options, std::function<void(co
   // because its layers cost more inside a forward pass than their kernels
   // alone (about 35% more per layer for small-110m on the 2-core VM); the
   // difference for the model's own layer count lands here.
-  double predicted = 0;
-  {
-    p.iteration_overhead_s = 0;
-    const ProfileModel tables(p, model, "calibration");
-    IterationPlan plan;
-    ScheduledSequence seq;
-    seq.request_id = 1;
-    seq.num_query_tokens = 1;
-    seq.num_cached_tokens = int32_t(context - 1);
-    seq.samples = true;
-    seq.block_table = overhead_table;
-    plan.add(seq);
-    predicted = tables.breakdown(plan).total();
-  }
+  const double predicted = calibration::tables_seconds(p, decode_plan->plan());
   // The whole-model decode is the anchor probe's plan: its median over the
   // calibration is the measurement to use, robust to the machine changing
   // speed at the moment the iteration family ran (on the 2-core VM one
@@ -855,49 +766,16 @@ DeviceProfile calibrate(const CalibrationOptions& options, std::function<void(co
   // (calib/profile_model.h), so the GEMMs' cost inside a forward pass is
   // what a prediction uses.
   {
-    std::vector<int64_t> lengths;
-    const int64_t longest = std::min<int64_t>(options.max_batched_tokens, resolved_max_context(options));
-    for (int64_t t : quick ? std::vector<int64_t>{32, 128} : std::vector<int64_t>{32, 128, 512})
-      if (t <= longest) lengths.push_back(t);
+    const std::vector<int64_t> lengths = calibration::in_situ_lengths(options, resolved_max_context(options));
     if (!lengths.empty()) {
       CpuDecoderOptions decoder_options;
       decoder_options.threads = threads;
       DecoderExecutorOptions executor_options;
       executor_options.sampling = sampling;
-      const int64_t blocks = ceil_div(lengths.back(), bs);
-      DecoderExecutor executor(make_cpu_decoder(random_weights(model, options.weights_seed), blocks, bs,
-                                                decoder_options),
+      DecoderExecutor executor(make_cpu_decoder(random_weights(model, options.weights_seed),
+                                                ceil_div(lengths.back(), bs), bs, decoder_options),
                                executor_options);
-      std::vector<int32_t> table;
-      for (int64_t b = 0; b < blocks; ++b) table.push_back(int32_t(b));
-      const ProfileModel tables(p, model, "calibration");  // no in-situ factor yet
-      for (int64_t t : lengths) {
-        IterationPlan plan;
-        ScheduledSequence seq;
-        seq.request_id = 1;
-        seq.num_query_tokens = int32_t(t);
-        seq.num_cached_tokens = 0;
-        seq.is_prefill = true;
-        seq.samples = true;
-        seq.block_table = table;
-        plan.add(seq);
-        std::vector<double> times;
-        IterationResult result;
-        for (int i = 0; i < 1 + settings.repetitions; ++i) {
-          result.reset();
-          executor.execute(plan, result);
-          if (i > 0) times.push_back(result.duration_s);  // the first one warms up
-        }
-        std::sort(times.begin(), times.end());
-        const double measured = times[times.size() / 2];
-        const ProfileBreakdown b = tables.breakdown(plan);
-        const double scaled = b.gemm + b.elementwise;
-        const double factor = std::max(0.1, (measured - (b.total() - scaled)) / scaled);
-        p.gemm_in_situ.x.push_back(double(t));
-        p.gemm_in_situ.factor.push_back(factor);
-        say(fmt::format("    in situ: a {}-token prefill took {:.2f} ms, the tables say {:.2f} ms: GEMMs x{:.3f}", t,
-                        measured * 1e3, b.total() * 1e3, factor));
-      }
+      calibration::measure_in_situ(p, executor, lengths, bs, settings.repetitions, say);
     }
   }
   if (json_file.is_open()) {
@@ -910,9 +788,9 @@ DeviceProfile calibrate(const CalibrationOptions& options, std::function<void(co
     p.raw_benchmarks_file = std::filesystem::path(options.raw_benchmarks_path).filename().string();
   const double wall = seconds_since(started);
   nlohmann::json& m = p.metadata;
-  m["date"] = utc_now_iso();
-  m["commit"] = git_commit();
-  m["compiler"] = compiler_version();
+  m["date"] = calibration::utc_now_iso();
+  m["commit"] = calibration::git_commit();
+  m["compiler"] = calibration::compiler_version();
   m["libraries"] = {{"eigen", fmt::format("{}.{}.{}", EIGEN_WORLD_VERSION, EIGEN_MAJOR_VERSION, EIGEN_MINOR_VERSION)},
                     {"google_benchmark", benchmark_library_version()},
 #ifdef _OPENMP
@@ -935,7 +813,7 @@ DeviceProfile calibrate(const CalibrationOptions& options, std::function<void(co
       {"min_time_s", settings.min_time_s},
       {"min_warmup_time_s", settings.warmup_s},
       {"statistic", "median over repetitions of the wall time per call (each repetition: the mean of its calls)"},
-      {"grids", grids_json(grids)},
+      {"grids", calibration::grids_json(grids)},
       {"stream_array_bytes", stream_bytes},
       {"stream_array_rule", options.stream_array_bytes > 0 ? "set by the caller"
                             : stream_capped ? "4x the last-level cache, capped at 256 MiB in quick mode"

@@ -1,5 +1,11 @@
 // Calibration: times the decoder's own kernels on this device with Google
-// Benchmark and turns the medians into a DeviceProfile.
+// Benchmark (on the CPU) or CUDA events (on a GPU, calib/calibrate_cuda.h)
+// and turns the medians into a DeviceProfile.
+//
+// The CPU calibration is described below; the CUDA one fills the same
+// tables with the CUDA decoder's kernels (bf16), the same grids (with the
+// differences stated at calibration_grids), and flushes the GPU's L2 cache
+// before each timed launch instead of rotating through copies.
 //
 // What each table holds (seconds; medians over repetitions of the wall time
 // per call, after a warm-up):
@@ -41,24 +47,29 @@
 
 namespace servesim {
 
+// The largest token count M a CUDA calibration times (--max-num-batched-tokens).
+inline constexpr int32_t kCudaMaxBatchedTokens = 16384;
+
 struct CalibrationOptions {
-  std::string device = "cpu";
+  std::string device = "cpu";            // cpu, cuda or cuda:N (parse_device)
   ModelSpec model;
-  int threads = 0;                       // 0: every core
+  int threads = 0;                       // 0: every core (cpu only)
   bool quick = false;                    // coarse grids, few repeats: tests and first looks
   int32_t block_size = 16;               // KV block size to time attention with
   int32_t max_batched_tokens = 2048;     // largest token count M on the GEMM grid
   int64_t max_context = 0;               // largest context on the attention grids (0: model's max)
   uint64_t weights_seed = 0;             // random weights of the model's shape
-  std::string raw_benchmarks_path;       // Google Benchmark JSON written here ("" = not kept)
+  std::string raw_benchmarks_path;       // raw timings as JSON ("" = not kept; cpu: Google Benchmark's)
 
   // Added with the implementation; the defaults suit every caller.
   int32_t max_num_seqs = 256;            // largest S (lm_head, sampling); caps the decode batch axis
   SamplingParams sampling;               // what `sampling` times (greedy by default)
-  int64_t stream_array_bytes = 0;        // each STREAM array (0: 4x the LLC; quick: at most 256 MiB)
-  int64_t gemm_ceiling_size = 0;         // n of the n^3 GEMM ceiling (0: 2048; quick: 1024)
-  int repetitions = 0;                   // timed runs per benchmark (0: 5)
-  double min_time_s = 0;                 // least time of each run (0: 0.05 s; quick: 0.01 s)
+  // cpu: each STREAM array (0: 4x the LLC; quick: at most 256 MiB);
+  // cuda: the copy and saxpy buffers (0: max(8x L2, 64 MiB)).
+  int64_t stream_array_bytes = 0;
+  int64_t gemm_ceiling_size = 0;         // n of the n^3 GEMM ceiling (0: cpu 2048, quick 1024; cuda 8192, quick 4096)
+  int repetitions = 0;                   // timed runs per benchmark (0: 5; cuda quick: 3)
+  double min_time_s = 0;                 // least time of each run (0: cpu 0.05 s, quick 0.01 s; cuda 5 ms, quick 1 ms)
 };
 
 // The sizes each table is measured at (ascending), from the options.
@@ -77,6 +88,10 @@ struct CalibrationOptions {
 //       max_num_seqs (S never exceeds max_batched_tokens).
 // max_context = 0 means the model's max_position_embeddings. Each axis ends
 // with its maximum even where that is not a power of two.
+// On cuda: max_batched_tokens is at most kCudaMaxBatchedTokens; decode b is
+// full 1, 2, 4, ..., max_num_seqs and quick 1, 8, 32, max_num_seqs (a GPU
+// batches every running sequence); K and V are bf16 and the largest decode
+// cell's may take 8 GiB.
 struct CalibrationGrids {
   std::vector<int64_t> tokens;
   std::vector<int64_t> prefill_query;
@@ -87,7 +102,8 @@ struct CalibrationGrids {
 };
 
 // Throws InputError naming the flag for an out-of-range option (a device
-// other than cpu: "only cpu in this build").
+// other than cpu, cuda or cuda:N names --device). Whether a CUDA device is
+// there is not checked here (calibrate() does).
 CalibrationGrids calibration_grids(const CalibrationOptions& options);
 
 // Runs every microbenchmark (warm-up, repeats, medians) and the ceilings
@@ -101,6 +117,9 @@ CalibrationGrids calibration_grids(const CalibrationOptions& options);
 // options, an unwritable raw_benchmarks_path, or a model whose fp32 weights
 // would take over 80% of this machine's memory (the CPU decoder could not
 // serve it).
+// A cuda[:N] device: the options are checked, then require_device (an
+// InputError saying why the device cannot be used: no GPU visible, no CUDA
+// backend in this build, ...), then calibrate_cuda (calib/calibrate_cuda.h).
 DeviceProfile calibrate(const CalibrationOptions& options,
                         std::function<void(const std::string&)> progress = {});
 

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "calib/profile_model.h"
+#include "kernels/decoder/device_choice.h"
 #include "sim/clock.h"
 #include "sim/errors.h"
 #include "sim/report.h"
@@ -304,9 +305,13 @@ class Anchoring {
   // Re-anchors `models` (costed by `profile`) when the run ends.
   void add(const std::string& name, const DeviceProfile& profile, std::vector<ProfileModel*> models) {
     if (mode_ == ValidationOptions::Anchor::Off) return skip("--anchor off");
+    const DeviceChoice device = parse_device(setup_.device);
+    // The probes run the CPU decoder and cpu::matmul; a GPU keeps its speed
+    // from one run to the next, and CUDA profiles carry no anchor.
+    if (device.cuda) return skip("cuda");
     if (!profile.anchor) return skip(name + " has no anchor probes (calibrated by an older servesim)");
-    if (profile.device_kind != setup_.device)
-      return skip(fmt::format("{} was measured on '{}', the run uses '{}'", name, profile.device_kind, setup_.device));
+    if (profile.device_kind != device.kind())
+      return skip(fmt::format("{} was measured on '{}', the run uses '{}'", name, profile.device_kind, device.kind()));
     const int threads = setup_.threads > 0 ? setup_.threads : profile.threads;
     entries_.push_back({name, &profile, std::move(models),
                         anchor_settings_of(*profile.anchor, profile.model, threads, profile.block_size,
@@ -384,10 +389,11 @@ ValidationResult run_validation(const EngineSetup& setup, const Workload& worklo
 
   ValidationResult v;
   v.profile_source = profile_source;
-  if (profile.device_kind != setup.device)
+  const DeviceChoice device = parse_device(setup.device);
+  if (profile.device_kind != device.kind())
     v.warnings.push_back(fmt::format("the profile was measured on device '{}', the run uses '{}'",
-                                     profile.device_kind, setup.device));
-  if (setup.threads > 0 && profile.threads > 0 && setup.threads != profile.threads)
+                                     profile.device_kind, device.name()));
+  if (!device.cuda && setup.threads > 0 && profile.threads > 0 && setup.threads != profile.threads)
     v.warnings.push_back(fmt::format("the profile was measured with {} threads, the run uses {}",
                                      profile.threads, setup.threads));
   if (profile.block_size != config.block_size)
@@ -458,6 +464,10 @@ CalibrationOptions quick_calibration_options(const EngineSetup& setup, const Wor
   o.quick = true;
   o.block_size = config.block_size;
   o.max_batched_tokens = config.max_num_batched_tokens;
+  // A CUDA calibration times at most kCudaMaxBatchedTokens tokens (without
+  // chunking the budget is max_model_len, 131072 for Llama 3.1); larger
+  // batches are extrapolated by the cost model's roofline rule.
+  if (parse_device(setup.device).cuda) o.max_batched_tokens = std::min(o.max_batched_tokens, kCudaMaxBatchedTokens);
   int64_t longest = 1;
   for (const Request& r : workload.requests)
     longest = std::max<int64_t>(longest, int64_t(r.prompt_tokens) + r.output_tokens);

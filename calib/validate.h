@@ -167,7 +167,9 @@ struct ValidationOptions {
   // before and just after the real run: Off skips them; Report reports how
   // much slower or faster the device ran than at calibration (default);
   // Apply also re-anchors the predictions by those scales. Needs profiles
-  // with an anchor, measured on the run's device kind.
+  // with an anchor, measured on the run's device kind; a run on cuda is not
+  // probed (the probes are CPU code, and a GPU keeps its speed): the report
+  // says "not probed (cuda)".
   enum class Anchor { Off, Report, Apply } anchor = Anchor::Report;
   // The separate draft's profile of a speculative run (see run_validation).
   const DeviceProfile* draft_profile = nullptr;
@@ -191,8 +193,9 @@ AcceptanceModel measured_acceptance(const SpeculativeSetup& setup, const Specula
 
 // The options of a quick calibration for `setup`: same device, model,
 // threads, block size, sampling and max_num_seqs; the GEMM grid up to the
-// run's token budget and the attention grids up to the longest request of
-// `workload` (capped at max_model_len).
+// run's token budget (on cuda at most kCudaMaxBatchedTokens) and the
+// attention grids up to the longest request of `workload` (capped at
+// max_model_len).
 CalibrationOptions quick_calibration_options(const EngineSetup& setup, const Workload& workload);
 // calibrate(quick_calibration_options(setup, workload), progress).
 DeviceProfile quick_calibration(const EngineSetup& setup, const Workload& workload,

@@ -34,16 +34,18 @@ double parse_bytes(const std::string& text, const std::string& flag) {
 
 void add_engine_options(po::options_description& general) {
   general.add_options()
-      ("device", po::value<std::string>()->default_value("cpu"), "cpu")
+      ("device", po::value<std::string>()->default_value("cpu"),
+       "cpu, or cuda / cuda:N (the CUDA backend: bf16, cuBLAS, CUDA graphs; needs a build with nvcc and an "
+       "sm_90 GPU)")
       ("model", po::value<std::string>()->default_value("small-110m"),
        "a preset or a Hugging Face config.json; with --weights, defaults to the weights' config.json")
       ("weights", po::value<std::string>(),
        "folder with model.safetensors (or a sharded model.safetensors.index.json) and config.json; "
        "random weights when absent")
       ("weights-seed", po::value<std::string>()->default_value("0"), "seed of the random weights")
-      ("threads", po::value<int>()->default_value(0), "CPU threads (0: every core)")
+      ("threads", po::value<int>()->default_value(0), "CPU threads (0: every core; cpu only)")
       ("kv-cache-memory", po::value<std::string>()->default_value("1GiB"),
-       "memory for the fp32 KV cache, which sets --num-gpu-blocks unless that is given")
+       "memory for the KV cache (fp32 on cpu, bf16 on cuda), which sets --num-gpu-blocks unless that is given")
       ("temperature", po::value<double>()->default_value(0.0, "0"), "0 = greedy")
       ("top-p", po::value<double>()->default_value(1.0, "1"), "nucleus sampling threshold")
       ("honor-eos", "stop a request at the model's eos_token_id (default: generate exactly "
@@ -99,7 +101,7 @@ WorkloadDefaults engine_workload_defaults() {
 
 EngineSetup engine_setup_from(const po::variables_map& vm) {
   EngineSetup setup;
-  setup.device = vm["device"].as<std::string>();
+  setup.device = parse_device(vm["device"].as<std::string>()).name();
   if (vm.count("weights")) {
     setup.weights_dir = vm["weights"].as<std::string>();
     setup.model = resolve_model(vm["model"].defaulted() ? *setup.weights_dir : vm["model"].as<std::string>());

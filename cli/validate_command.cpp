@@ -13,6 +13,7 @@
 #include "cli/common_options.h"
 #include "cli/engine_options.h"
 #include "cli/output.h"
+#include "kernels/decoder/device_choice.h"
 #include "kernels/decoder/engine.h"
 #include "sim/errors.h"
 
@@ -38,7 +39,7 @@ int validate_command(int argc, const char* const* argv) {
        "measured again before and after the real run; report says how much slower or faster the device "
        "ran than at calibration (report.json's anchor), apply also scales the predictions' memory- and "
        "compute-bound costs by it (experimental: on this VM it helped some runs and over-corrected "
-       "others), off skips the probes")
+       "others), off skips the probes; cpu only (a run on cuda is not probed)")
       ("mode", po::value<std::string>()->default_value("predict"),
        "which prediction report.json describes: replay (the real run's iterations costed by the "
        "profile: the cost model's error alone) | predict (an independent simulation of the "
@@ -67,6 +68,8 @@ int validate_command(int argc, const char* const* argv) {
   if (anchor != "report" && anchor != "apply" && anchor != "off")
     throw InputError(fmt::format("--anchor: '{}' is not one of report, apply, off", anchor));
   if (!vm.count("out")) throw InputError("--out is required: the folder for report.json and the CSVs");
+  // A GPU that is not there: exit 2, saying why, before any calibration or folder.
+  require_device(parse_device(setup.device));
   const std::string out_dir = vm["out"].as<std::string>();
   const bool quiet = vm.count("quiet") > 0;
   auto note = [&](const std::string& line) {

@@ -12,6 +12,10 @@ and predicted, at three loads with the continuous and chunked schedulers.
 
 Run it on an idle machine: other processes on the two cores distort the
 real runs. Usage: experiments/validation_cpu/run.py [--servesim PATH] [--out DIR] [--quick]
+
+The same study runs on a GPU (experiments/gpu/run.sh calls it): --device
+cuda --model llama-3.1-8b --loads light:20:100,... and --extra flags for
+calibrate and validate (e.g. --kv-cache-memory).
 """
 import argparse
 import csv
@@ -51,23 +55,35 @@ def main():
                     help="validate's --anchor: report (default) reports the device's drift since calibration, "
                          "apply also re-anchors the predictions on it")
     ap.add_argument("--profile", help="use this profile instead of calibrating one")
+    ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    ap.add_argument("--model", default=MODEL)
+    ap.add_argument("--loads", help="NAME:RATE:REQUESTS,... (default: this CPU's three loads)")
+    ap.add_argument("--validate-args", default="", help="extra flags for every `servesim validate`")
+    ap.add_argument("--calibrate-args", default="", help="extra flags for `servesim calibrate`")
     opts = ap.parse_args()
+    loads = LOADS
+    if opts.loads:
+        try:
+            loads = [(name, float(rate), int(n)) for name, rate, n in (p.split(":") for p in opts.loads.split(","))]
+        except ValueError:
+            sys.exit(f"--loads: expected NAME:RATE:REQUESTS,... (got '{opts.loads}')")
     os.makedirs(opts.out, exist_ok=True)
 
     profile = opts.profile or os.path.join(opts.out, "profile.json")
     if not opts.profile:
-        sh([opts.servesim, "calibrate", "--device", "cpu", "--model", MODEL, "--out", profile]
-           + (["--quick"] if opts.quick else []))
+        sh([opts.servesim, "calibrate", "--device", opts.device, "--model", opts.model, "--out", profile]
+           + (["--quick"] if opts.quick else []) + opts.calibrate_args.split())
 
     rows = []
     for scheduler in SCHEDULERS:
-        for load, rate, n in LOADS:
+        for load, rate, n in loads:
             if opts.quick:
                 n = max(4, n // 4)
             point = os.path.join(opts.out, f"{scheduler}_{load}")
-            sh([opts.servesim, "validate", "--device", "cpu", "--model", MODEL, "--profile", profile,
+            sh([opts.servesim, "validate", "--device", opts.device, "--model", opts.model, "--profile", profile,
                 "--scheduler", scheduler, "--arrival", "poisson", "--rate", str(rate),
-                "--num-requests", str(n), "--seed", "1", "--quiet", "--anchor", opts.anchor, "--out", point])
+                "--num-requests", str(n), "--seed", "1", "--quiet", "--anchor", opts.anchor, "--out", point]
+               + opts.validate_args.split())
             for mode in ["replay", "predict"]:
                 with open(os.path.join(point, f"report_{mode}.json")) as f:
                     r = json.load(f)
@@ -104,7 +120,7 @@ def main():
     meta = {"command": "experiments/validation_cpu/run.py " + " ".join(sys.argv[1:]),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "commit": commit, "machine": f"{cpu} ({os.cpu_count()} cores), {platform.node()}",
-            "model": MODEL, "loads": LOADS, "schedulers": SCHEDULERS, "seed": 1}
+            "model": opts.model, "device": opts.device, "loads": loads, "schedulers": SCHEDULERS, "seed": 1}
     with open(os.path.join(opts.out, "metadata.json"), "w") as f:
         json.dump(meta, f, indent=2)
         f.write("\n")

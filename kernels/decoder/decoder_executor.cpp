@@ -34,18 +34,32 @@ void DecoderExecutor::execute(const IterationPlan& plan, IterationResult& result
                                                                    size_t(item.num_query_tokens)),
                          item.num_cached_tokens, item.block_table, item.samples);
   }
-  const std::vector<float>& logits = model_->forward(layout_);
+  // The tokens of the sampling rows: chosen on the device where the decoder
+  // can, else sampled here from the logits.
+  uniforms_.clear();
+  for (const ScheduledSequence& item : plan.sequences)
+    if (item.samples)
+      uniforms_.push_back(sampling_uniform(options_.sampling, item.request_id,
+                                           int64_t(item.num_cached_tokens) + item.num_query_tokens));
+  if (!model_->forward_select(layout_, options_.sampling, uniforms_, chosen_)) {
+    const std::vector<float>& logits = model_->forward(layout_);
+    const int64_t vocab = model_->spec().vocab_size;
+    chosen_.clear();
+    for (const ScheduledSequence& item : plan.sequences) {
+      if (!item.samples) continue;
+      const size_t row = chosen_.size();
+      chosen_.push_back(sample_token(std::span<const float>(logits).subspan(row * size_t(vocab), size_t(vocab)),
+                                     options_.sampling, item.request_id,
+                                     int64_t(item.num_cached_tokens) + item.num_query_tokens));
+    }
+  }
 
-  const int64_t vocab = model_->spec().vocab_size;
   if (options_.honor_eos) result.finished.assign(plan.sequences.size(), 0);
   size_t row = 0;
   for (size_t i = 0; i < plan.sequences.size(); ++i) {
     const ScheduledSequence& item = plan.sequences[i];
     if (!item.samples) continue;
-    const int64_t position = int64_t(item.num_cached_tokens) + item.num_query_tokens;
-    const int32_t token = sample_token(std::span<const float>(logits).subspan(row * size_t(vocab), size_t(vocab)),
-                                       options_.sampling, item.request_id, position);
-    ++row;
+    const int32_t token = chosen_[row++];
     tokens_[item.request_id].push_back(token);
     if (keep_outputs_) outputs_[item.request_id].push_back(token);
     if (options_.honor_eos && token == model_->spec().eos_token_id) result.finished[i] = 1;

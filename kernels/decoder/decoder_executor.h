@@ -44,6 +44,8 @@ class DecoderExecutor final : public Executor {
   bool keep_outputs_ = false;
   std::unordered_map<int64_t, std::vector<int32_t>> outputs_;
   BatchLayout layout_;
+  std::vector<double> uniforms_;  // [S] each sampling row's draw
+  std::vector<int32_t> chosen_;   // [S] each sampling row's token
 };
 
 }  // namespace servesim

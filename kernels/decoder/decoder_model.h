@@ -10,6 +10,7 @@
 
 #include "kernels/decoder/batch_layout.h"
 #include "kernels/decoder/host_weights.h"
+#include "kernels/decoder/sampler.h"
 #include "sim/model_spec.h"
 
 namespace servesim {
@@ -28,6 +29,16 @@ class DecoderModel {
   // Computes `layout`, writing each new token's K and V into the blocks its
   // sequence's block table names, and returns logits [S, V] row-major.
   virtual const std::vector<float>& forward(const BatchLayout& layout) = 0;
+  // Computes `layout` and chooses each sampling row's token on the device,
+  // where the decoder can (the CUDA decoder: greedy, or temperature with
+  // top_p = 1), sparing the logits' copy to the host; uniforms[k] is row
+  // k's draw (sampling_uniform). Returns false, having computed nothing,
+  // where the caller must call forward() and sample the logits itself.
+  virtual bool forward_select(const BatchLayout& layout, const SamplingParams& params,
+                              std::span<const double> uniforms, std::vector<int32_t>& tokens) {
+    (void)layout, (void)params, (void)uniforms, (void)tokens;
+    return false;
+  }
   // Copies the cached K and V of one token of `layer` (its `position` in the
   // sequence whose blocks are `block_table`) into k and v, [Hkv * dh] each,
   // head by head. Read-only; for tests that compare caches (speculative
@@ -43,5 +54,23 @@ struct CpuDecoderOptions {
 // The CPU (Eigen) decoder. `num_blocks` x `block_size` tokens of KV cache.
 std::unique_ptr<DecoderModel> make_cpu_decoder(HostWeights&& weights, int64_t num_blocks,
                                                int32_t block_size, const CpuDecoderOptions& options);
+
+struct CudaDecoderOptions {
+  int device = 0;               // the CUDA device ordinal (--device cuda:N)
+  bool graphs = true;           // replay decode iterations from CUDA graphs
+  int32_t max_graph_batch = 512;  // decode batches above this run without a graph
+};
+
+// The CUDA decoder (bf16, cuBLAS, kernels/cuda): from host weights
+// (consumed; converted to bf16 on the device) ...
+std::unique_ptr<DecoderModel> make_cuda_decoder(HostWeights&& weights, int64_t num_blocks, int32_t block_size,
+                                                const CudaDecoderOptions& options);
+// ... or with random_weights(spec, seed)'s values made on the device (an 8B
+// model's would take minutes to make on the host). With `layers_of` (a
+// self-draft's target), the weights are those of random_weights(*layers_of,
+// seed)'s first spec.num_hidden_layers layers.
+std::unique_ptr<DecoderModel> make_cuda_decoder_random(const ModelSpec& spec, uint64_t seed, int64_t num_blocks,
+                                                       int32_t block_size, const CudaDecoderOptions& options,
+                                                       const ModelSpec* layers_of = nullptr);
 
 }  // namespace servesim

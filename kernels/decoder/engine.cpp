@@ -11,13 +11,17 @@
 
 namespace servesim {
 
-double cpu_kv_bytes_per_token(const ModelSpec& m) {
-  return 2.0 * double(m.num_hidden_layers * m.num_key_value_heads * m.head_dim) * sizeof(float);
-}
+double cpu_kv_bytes_per_token(const ModelSpec& m) { return decoder_kv_bytes_per_token(m, DeviceChoice{}); }
 
 int64_t cpu_kv_blocks(const ModelSpec& m, double bytes, int32_t block_size, const ModelSpec* draft) {
+  return decoder_kv_blocks(m, DeviceChoice{}, bytes, block_size, draft);
+}
+
+int64_t decoder_kv_blocks(const ModelSpec& m, const DeviceChoice& device, double bytes, int32_t block_size,
+                          const ModelSpec* draft) {
   if (block_size < 1) throw InputError(fmt::format("--block-size must be >= 1 (got {})", block_size));
-  const double per_token = cpu_kv_bytes_per_token(m) + (draft ? cpu_kv_bytes_per_token(*draft) : 0.0);
+  const double per_token =
+      decoder_kv_bytes_per_token(m, device) + (draft ? decoder_kv_bytes_per_token(*draft, device) : 0.0);
   const double blocks = std::floor(bytes / (per_token * block_size));
   if (!(blocks >= 1))
     throw InputError(fmt::format("--kv-cache-memory {:.0f} bytes holds no {}-token block of {}{} ({:.0f} bytes each)",
@@ -38,16 +42,58 @@ void check_fits_in_memory(const std::string& what, double weight_bytes, double k
         what, weight_bytes / 1e9, kv_bytes / 1e9, physical / 1e9));
 }
 
-// The draft's weights: the self-draft's copied from the target's, or the
-// separate draft's from its folder or seed.
-HostWeights draft_weights(const SpeculativeSetup& s, const ModelSpec& draft, const HostWeights& target) {
-  if (s.self_draft_layers != 0) return self_draft_weights(target, s.self_draft_layers);
-  if (!s.draft_weights_dir) return random_weights(draft, s.draft_weights_seed);
+// A model's weights on the host, or nothing where the CUDA decoder makes
+// random weights on the device itself.
+struct WeightsSource {
+  std::optional<HostWeights> host;
+  ModelSpec spec;
+  uint64_t seed = 0;
+  std::optional<ModelSpec> layers_of;  // a random self-draft on CUDA: its target
+  std::string description() const { return host ? host->source : fmt::format("random (seed {})", seed); }
+};
+
+WeightsSource target_weights(const EngineSetup& setup, const DeviceChoice& device) {
+  WeightsSource w{std::nullopt, setup.model, setup.weights_seed, std::nullopt};
+  if (setup.weights_dir) w.host = load_safetensors_weights(setup.model, *setup.weights_dir);
+  else if (!device.cuda) w.host = random_weights(setup.model, setup.weights_seed);
+  return w;
+}
+
+// The draft's weights: the self-draft's copied from the target's (or, for
+// random weights on CUDA, made from the target's streams), or the separate
+// draft's from its folder or seed. Built before the target's host weights
+// are consumed.
+WeightsSource draft_weights(const SpeculativeSetup& s, const ModelSpec& draft, const WeightsSource& target,
+                            const DeviceChoice& device) {
+  WeightsSource w{std::nullopt, draft, s.draft_weights_seed, std::nullopt};
+  if (s.self_draft_layers != 0) {
+    if (target.host) {
+      w.host = self_draft_weights(*target.host, s.self_draft_layers);
+    } else {
+      w.seed = target.seed;
+      w.layers_of = target.spec;
+    }
+    return w;
+  }
+  if (!s.draft_weights_dir) {
+    if (!device.cuda) w.host = random_weights(draft, s.draft_weights_seed);
+    return w;
+  }
   try {
-    return load_safetensors_weights(draft, *s.draft_weights_dir);
+    w.host = load_safetensors_weights(draft, *s.draft_weights_dir);
   } catch (const InputError& e) {
     throw InputError(fmt::format("--draft-weights: {}", e.what()));  // not the target's --weights
   }
+  return w;
+}
+
+std::unique_ptr<DecoderModel> make_decoder(WeightsSource&& w, const DeviceChoice& device, int64_t blocks,
+                                           int32_t block_size, int threads) {
+  if (!device.cuda) return make_cpu_decoder(std::move(*w.host), blocks, block_size, CpuDecoderOptions{threads});
+  CudaDecoderOptions cuda;
+  cuda.device = device.index;
+  if (w.host) return make_cuda_decoder(std::move(*w.host), blocks, block_size, cuda);
+  return make_cuda_decoder_random(w.spec, w.seed, blocks, block_size, cuda, w.layers_of ? &*w.layers_of : nullptr);
 }
 
 }  // namespace
@@ -56,48 +102,51 @@ SchedulerConfig engine_scheduler_config(const EngineSetup& setup) {
   check_speculative_setup(setup.speculative, setup.scheduler.num_speculative_tokens, setup.model);
   const std::optional<ModelSpec> draft = draft_model_spec(setup.speculative, setup.model);
   SchedulerSettings settings = setup.scheduler;
+  const DeviceChoice device = parse_device(setup.device);
   if (!settings.num_gpu_blocks)
-    settings.num_gpu_blocks =
-        cpu_kv_blocks(setup.model, setup.kv_cache_bytes, settings.block_size, draft ? &*draft : nullptr);
+    settings.num_gpu_blocks = decoder_kv_blocks(setup.model, device, setup.kv_cache_bytes, settings.block_size,
+                                                draft ? &*draft : nullptr);
   // The hardware figures only size the KV cache, which is set above.
-  HardwareSpec host{"cpu", "this machine", 1, 1, 1, ""};
+  HardwareSpec host{device.kind(), "this machine", 1, 1, 1, ""};
   return resolve_scheduler_config(settings, setup.model, host);
 }
 
 EngineOutput serve(const EngineSetup& setup, const Workload& workload,
                    std::function<void(const RunProgress&)> progress,
                    std::function<void(const std::string&)> on_ready, const ExecutorWrapper& wrap) {
-  if (setup.device != "cpu")
-    throw InputError(fmt::format("--device '{}': only 'cpu' is available in this build", setup.device));
+  const DeviceChoice device = parse_device(setup.device);
+  require_device(device);
   setup.model.validate(setup.model.name);
 
   EngineOutput out;
   out.scheduler = engine_scheduler_config(setup);
   const std::optional<ModelSpec> draft_spec = draft_model_spec(setup.speculative, setup.model);
   const double tokens = double(out.scheduler.num_gpu_blocks) * out.scheduler.block_size;
-  check_fits_in_memory(
-      draft_spec ? setup.model.name + " with draft " + draft_spec->name : setup.model.name,
-      double(setup.model.parameter_count() + (draft_spec ? draft_spec->parameter_count() : 0)) * sizeof(float),
-      tokens * (cpu_kv_bytes_per_token(setup.model) + (draft_spec ? cpu_kv_bytes_per_token(*draft_spec) : 0.0)));
+  if (!device.cuda)
+    check_fits_in_memory(
+        draft_spec ? setup.model.name + " with draft " + draft_spec->name : setup.model.name,
+        double(setup.model.parameter_count() + (draft_spec ? draft_spec->parameter_count() : 0)) * sizeof(float),
+        tokens * (cpu_kv_bytes_per_token(setup.model) + (draft_spec ? cpu_kv_bytes_per_token(*draft_spec) : 0.0)));
 
-  HostWeights weights = setup.weights_dir ? load_safetensors_weights(setup.model, *setup.weights_dir)
-                                          : random_weights(setup.model, setup.weights_seed);
-  out.weights_source = weights.source;
-  // Built before the target's weights are consumed (a self-draft copies them).
-  std::optional<HostWeights> draft_host;
-  if (draft_spec) draft_host = draft_weights(setup.speculative, *draft_spec, weights);
-  const CpuDecoderOptions cpu{setup.threads};
-  auto model = make_cpu_decoder(std::move(weights), out.scheduler.num_gpu_blocks, out.scheduler.block_size, cpu);
+  WeightsSource weights = target_weights(setup, device);
+  out.weights_source = weights.description();
+  std::optional<WeightsSource> draft_source;
+  if (draft_spec) draft_source = draft_weights(setup.speculative, *draft_spec, weights, device);
+  auto model = make_decoder(std::move(weights), device, out.scheduler.num_gpu_blocks, out.scheduler.block_size,
+                            setup.threads);
   out.device = model->device();
   out.weight_bytes = model->weight_bytes();
   out.kv_cache_bytes = model->kv_cache_bytes();
 
   std::unique_ptr<Executor> inner;
   std::string draft_note;
-  if (draft_host) {
-    out.draft_weights_source = draft_host->source;
+  if (draft_source) {
+    out.draft_weights_source = draft_source->description();
+    if (draft_source->layers_of) out.draft_weights_source = fmt::format(
+        "the first {} layers of {}", setup.speculative.self_draft_layers, out.weights_source);
     // Same blocks as the target: the draft's cache is addressed by its block ids.
-    auto draft = make_cpu_decoder(std::move(*draft_host), out.scheduler.num_gpu_blocks, out.scheduler.block_size, cpu);
+    auto draft = make_decoder(std::move(*draft_source), device, out.scheduler.num_gpu_blocks,
+                              out.scheduler.block_size, setup.threads);
     out.draft_weight_bytes = draft->weight_bytes();
     out.draft_kv_cache_bytes = draft->kv_cache_bytes();
     out.kv_cache_bytes += out.draft_kv_cache_bytes;
@@ -133,7 +182,9 @@ EngineOutput serve(const EngineSetup& setup, const Workload& workload,
 nlohmann::json engine_setup_to_json(const EngineSetup& setup, const EngineOutput& out) {
   nlohmann::json j;
   j["model"] = model_to_json(setup.model);
-  j["device"] = {{"kind", setup.device}, {"description", out.device}, {"threads", setup.threads}};
+  const DeviceChoice device = parse_device(setup.device);
+  j["device"] = {{"kind", device.kind()}, {"name", device.name()}, {"description", out.device}};
+  if (!device.cuda) j["device"]["threads"] = setup.threads;
   j["weights"] = {{"source", out.weights_source}, {"bytes", out.weight_bytes}};
   j["sampling"] = {{"temperature", setup.decoding.sampling.temperature},
                    {"top_p", setup.decoding.sampling.top_p},

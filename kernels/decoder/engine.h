@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/decoder/decoder_executor.h"
+#include "kernels/decoder/device_choice.h"
 #include "kernels/decoder/speculative_setup.h"
 #include "sim/metrics.h"
 #include "sim/runner.h"
@@ -21,7 +22,7 @@
 namespace servesim {
 
 struct EngineSetup {
-  std::string device = "cpu";          // "cpu" (the CUDA backend comes later)
+  std::string device = "cpu";          // "cpu", "cuda" or "cuda:N" (parse_device)
   ModelSpec model;
   std::optional<std::string> weights_dir;  // safetensors; random weights when unset
   uint64_t weights_seed = 0;
@@ -56,6 +57,9 @@ double cpu_kv_bytes_per_token(const ModelSpec& model);
 // with a draft, blocks of both caches (a block id holds the same positions
 // in each).
 int64_t cpu_kv_blocks(const ModelSpec& model, double bytes, int32_t block_size, const ModelSpec* draft = nullptr);
+// The same for the decoder on `device` (bf16 K and V on CUDA).
+int64_t decoder_kv_blocks(const ModelSpec& model, const DeviceChoice& device, double bytes, int32_t block_size,
+                          const ModelSpec* draft = nullptr);
 
 // The scheduler configuration serve() runs with: num_gpu_blocks from
 // kv_cache_bytes unless the settings give it. Throws InputError, also for

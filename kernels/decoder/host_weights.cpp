@@ -27,17 +27,10 @@ struct SplitMix64 {
   float symmetric() { return float(double(next() >> 11) * 0x1.0p-53 * 2.0 - 1.0); }
 };
 
-// FNV-1a of a tensor's name: its stream does not depend on other tensors.
-uint64_t name_hash(const std::string& name) {
-  uint64_t h = 1469598103934665603ULL;
-  for (unsigned char c : name) h = (h ^ c) * 1099511628211ULL;
-  return h;
-}
-
 // n values uniform on [center - half_width, center + half_width).
 std::vector<float> uniform(uint64_t seed, const std::string& name, int64_t n, float center,
                            float half_width) {
-  SplitMix64 rng{seed ^ name_hash(name)};
+  SplitMix64 rng{random_tensor_seed(seed, name)};
   std::vector<float> v(static_cast<size_t>(n));
   for (float& x : v) x = center + half_width * rng.symmetric();
   return v;
@@ -65,6 +58,8 @@ nlohmann::json config_json(const ModelSpec& m) {
           {"hidden_act", "silu"}};
 }
 
+}  // namespace
+
 // Qwen2 puts biases on q, k and v only; Llama and Mistral with
 // attention_bias also bias o_proj, which this decoder does not implement.
 void check_decoder_supports(const ModelSpec& m) {
@@ -82,44 +77,62 @@ void check_decoder_supports(const ModelSpec& m) {
         m.name, m.architecture));
 }
 
-}  // namespace
+uint64_t random_tensor_seed(uint64_t seed, const std::string& name) {
+  uint64_t h = 1469598103934665603ULL;  // FNV-1a of the name
+  for (unsigned char c : name) h = (h ^ c) * 1099511628211ULL;
+  return seed ^ h;
+}
 
 std::string layer_tensor_name(int64_t layer, const std::string& suffix) {
   return fmt::format("model.layers.{}.{}", layer, suffix);
+}
+
+RandomWeightScales random_weight_scales(const ModelSpec& m) {
+  // Uniform on [-a, a] has variance a^2 / 3: a = sqrt(3 / fan_in) gives 1 / fan_in.
+  auto proj = [](int64_t fan_in) { return float(std::sqrt(3.0 / double(fan_in))); };
+  const float residual = float(1.0 / std::sqrt(2.0 * double(m.num_hidden_layers)));
+  RandomWeightScales r;
+  r.embedding = std::sqrt(3.f);
+  r.norm = 0.5f;
+  r.bias = 0.1f;
+  r.qkv = proj(m.hidden_size);
+  r.o = proj(m.num_attention_heads * m.head_dim) * residual;
+  r.gate_up = proj(m.hidden_size);
+  r.down = proj(m.intermediate_size) * residual;
+  r.lm_head = proj(m.hidden_size);
+  return r;
 }
 
 HostWeights random_weights(const ModelSpec& m, uint64_t seed) {
   check_decoder_supports(m);
   const int64_t d = m.hidden_size, I = m.intermediate_size, V = m.vocab_size;
   const int64_t q_out = m.num_attention_heads * m.head_dim, kv_out = m.num_key_value_heads * m.head_dim;
-  // Uniform on [-a, a] has variance a^2 / 3: a = sqrt(3 / fan_in) gives 1 / fan_in.
-  auto proj_scale = [](int64_t fan_in) { return float(std::sqrt(3.0 / double(fan_in))); };
-  const float residual = float(1.0 / std::sqrt(2.0 * double(m.num_hidden_layers)));
+  const RandomWeightScales a = random_weight_scales(m);
 
   HostWeights w;
   w.spec = m;
   w.source = fmt::format("random (seed {})", seed);
-  w.embedding = uniform(seed, "model.embed_tokens.weight", V * d, 0.f, std::sqrt(3.f));
-  w.final_norm = uniform(seed, "model.norm.weight", d, 1.f, 0.5f);
-  if (!m.tie_word_embeddings) w.lm_head = uniform(seed, "lm_head.weight", V * d, 0.f, proj_scale(d));
+  w.embedding = uniform(seed, "model.embed_tokens.weight", V * d, 0.f, a.embedding);
+  w.final_norm = uniform(seed, "model.norm.weight", d, 1.f, a.norm);
+  if (!m.tie_word_embeddings) w.lm_head = uniform(seed, "lm_head.weight", V * d, 0.f, a.lm_head);
   w.layers.resize(size_t(m.num_hidden_layers));
   for (int64_t l = 0; l < m.num_hidden_layers; ++l) {
     HostLayerWeights& L = w.layers[size_t(l)];
     auto name = [&](const char* suffix) { return layer_tensor_name(l, suffix); };
-    L.attn_norm = uniform(seed, name("input_layernorm.weight"), d, 1.f, 0.5f);
-    L.wq = uniform(seed, name("self_attn.q_proj.weight"), q_out * d, 0.f, proj_scale(d));
-    L.wk = uniform(seed, name("self_attn.k_proj.weight"), kv_out * d, 0.f, proj_scale(d));
-    L.wv = uniform(seed, name("self_attn.v_proj.weight"), kv_out * d, 0.f, proj_scale(d));
+    L.attn_norm = uniform(seed, name("input_layernorm.weight"), d, 1.f, a.norm);
+    L.wq = uniform(seed, name("self_attn.q_proj.weight"), q_out * d, 0.f, a.qkv);
+    L.wk = uniform(seed, name("self_attn.k_proj.weight"), kv_out * d, 0.f, a.qkv);
+    L.wv = uniform(seed, name("self_attn.v_proj.weight"), kv_out * d, 0.f, a.qkv);
     if (m.attention_bias) {
-      L.bq = uniform(seed, name("self_attn.q_proj.bias"), q_out, 0.f, 0.1f);
-      L.bk = uniform(seed, name("self_attn.k_proj.bias"), kv_out, 0.f, 0.1f);
-      L.bv = uniform(seed, name("self_attn.v_proj.bias"), kv_out, 0.f, 0.1f);
+      L.bq = uniform(seed, name("self_attn.q_proj.bias"), q_out, 0.f, a.bias);
+      L.bk = uniform(seed, name("self_attn.k_proj.bias"), kv_out, 0.f, a.bias);
+      L.bv = uniform(seed, name("self_attn.v_proj.bias"), kv_out, 0.f, a.bias);
     }
-    L.wo = uniform(seed, name("self_attn.o_proj.weight"), d * q_out, 0.f, proj_scale(q_out) * residual);
-    L.mlp_norm = uniform(seed, name("post_attention_layernorm.weight"), d, 1.f, 0.5f);
-    L.w_gate = uniform(seed, name("mlp.gate_proj.weight"), I * d, 0.f, proj_scale(d));
-    L.w_up = uniform(seed, name("mlp.up_proj.weight"), I * d, 0.f, proj_scale(d));
-    L.w_down = uniform(seed, name("mlp.down_proj.weight"), d * I, 0.f, proj_scale(I) * residual);
+    L.wo = uniform(seed, name("self_attn.o_proj.weight"), d * q_out, 0.f, a.o);
+    L.mlp_norm = uniform(seed, name("post_attention_layernorm.weight"), d, 1.f, a.norm);
+    L.w_gate = uniform(seed, name("mlp.gate_proj.weight"), I * d, 0.f, a.gate_up);
+    L.w_up = uniform(seed, name("mlp.up_proj.weight"), I * d, 0.f, a.gate_up);
+    L.w_down = uniform(seed, name("mlp.down_proj.weight"), d * I, 0.f, a.down);
   }
   return w;
 }

@@ -38,6 +38,32 @@ struct HostWeights {
 // biases in [-0.1, 0.1].
 HostWeights random_weights(const ModelSpec& spec, uint64_t seed);
 
+// InputError unless the built-in decoder can run `spec` (even head_dim,
+// vocab_size >= 4, attention biases only as qwen2 has them).
+void check_decoder_supports(const ModelSpec& spec);
+
+// The SplitMix64 stream seed of the tensor `name` in random_weights(spec,
+// seed): seed ^ FNV-1a(name), so a tensor's values do not depend on the
+// others (the CUDA backend fills its tensors on the device from the same
+// streams). Value i of the stream is uniform_i = (splitmix64_finalize(s + i *
+// 0x9E3779B97F4A7C15) >> 11) * 2^-53, and a tensor of center c and half
+// width a holds c + a * float(2 uniform_i - 1).
+uint64_t random_tensor_seed(uint64_t seed, const std::string& name);
+
+// random_weights()' half widths (values uniform on [-a, a), norm weights on
+// [1 - a, 1 + a)), shared with the CUDA backend's device-side fill.
+struct RandomWeightScales {
+  float embedding = 0;    // sqrt(3): unit variance
+  float norm = 0;         // 0.5 around 1
+  float bias = 0;         // 0.1
+  float qkv = 0;          // sqrt(3 / d): variance 1 / fan_in
+  float o = 0;            // sqrt(3 / (H dh)) / sqrt(2 L)   (residual branch, GPT-2)
+  float gate_up = 0;      // sqrt(3 / d)
+  float down = 0;         // sqrt(3 / I) / sqrt(2 L)
+  float lm_head = 0;      // sqrt(3 / d)
+};
+RandomWeightScales random_weight_scales(const ModelSpec& spec);
+
 // Hugging Face safetensors (model.safetensors or a sharded index) in `dir`,
 // checked against `spec` (normally read from the same folder's config.json).
 // InputError names the file and tensor of a missing or misshapen weight.

@@ -49,14 +49,18 @@ void sampling_distribution(std::span<const float> logits, const SamplingParams& 
   for (size_t k = 0; k < keep; ++k) probs[size_t(order[k])] /= mass;
 }
 
+double sampling_uniform(const SamplingParams& p, int64_t request_id, int64_t position) {
+  const uint64_t bits =
+      splitmix64_finalize(splitmix64_finalize(p.seed ^ splitmix64_finalize(uint64_t(request_id))) ^ uint64_t(position));
+  return double(bits >> 11) * 0x1.0p-53;
+}
+
 int32_t sample_token(std::span<const float> logits, const SamplingParams& p, int64_t request_id,
                      int64_t position) {
   if (p.temperature == 0.0) return argmax(logits);
   std::vector<double> probs(logits.size());
   sampling_distribution(logits, p, probs);
-  const uint64_t bits =
-      splitmix64_finalize(splitmix64_finalize(p.seed ^ splitmix64_finalize(uint64_t(request_id))) ^ uint64_t(position));
-  const double u = double(bits >> 11) * 0x1.0p-53;
+  const double u = sampling_uniform(p, request_id, position);
   double cumulative = 0;
   int32_t last_nonzero = 0;
   for (size_t i = 0; i < probs.size(); ++i) {

@@ -20,6 +20,10 @@ struct SamplingParams {
 int32_t sample_token(std::span<const float> logits, const SamplingParams& params,
                      int64_t request_id, int64_t position);
 
+// The uniform on [0, 1) that sample_token draws for (request, position):
+// a hash of (seed, request, position), 53 bits.
+double sampling_uniform(const SamplingParams& params, int64_t request_id, int64_t position);
+
 // The distribution sample_token draws from (softmax of logits / T, cut to
 // the top-p nucleus and renormalised), for tests. Greedy: one-hot.
 void sampling_distribution(std::span<const float> logits, const SamplingParams& params,

@@ -12,11 +12,13 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "calib/calibrate.h"
 #include "calib/profile.h"
 #include "calib/profile_model.h"
+#include "kernels/decoder/device_choice.h"
 #include "sim/errors.h"
 #include "sim/model_spec.h"
 #include "sim/test_support.h"
@@ -266,6 +268,70 @@ TEST_CASE("Calibration grids follow the documented rules") {
   }
 }
 
+TEST_CASE("Calibration grids on cuda: the decode batch reaches max_num_seqs, bf16 KV, at most 16384 tokens") {
+  CalibrationOptions o;
+  o.model = resolve_model("small-110m");  // max_position_embeddings 1024
+  o.device = "cuda";
+  SECTION("full") {
+    const CalibrationGrids g = calibration_grids(o);
+    CHECK(g.tokens == std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048});
+    CHECK(g.prefill_query == g.tokens);
+    CHECK(g.prefill_cached == std::vector<int64_t>{0, 15, 31, 63, 127, 255, 511, 1023});
+    CHECK(g.decode_batch == std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64, 128, 256});
+    CHECK(g.decode_context == std::vector<int64_t>{16, 32, 64, 128, 256, 512, 1024});
+    CHECK(g.sampling_rows == std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64, 128, 256});
+  }
+  SECTION("quick, on another ordinal") {
+    o.device = "cuda:3";
+    o.quick = true;
+    const CalibrationGrids g = calibration_grids(o);
+    CHECK(g.tokens == std::vector<int64_t>{1, 4, 16, 64, 256, 2048});
+    CHECK(g.decode_batch == std::vector<int64_t>{1, 8, 32, 256});
+    CHECK(g.decode_context == std::vector<int64_t>{16, 128, 1024});
+  }
+  SECTION("a small max_num_seqs caps the decode batch axis") {
+    o.quick = true;
+    o.max_num_seqs = 20;
+    CHECK(calibration_grids(o).decode_batch == std::vector<int64_t>{1, 8, 20});
+    o.quick = false;
+    CHECK(calibration_grids(o).decode_batch == std::vector<int64_t>{1, 2, 4, 8, 16, 20});
+  }
+  SECTION("the longest decode context keeps the largest cell's bf16 KV within 8 GiB") {
+    o.model = resolve_model("llama-3.1-8b");  // 4 KiB of bf16 K and V per token and layer
+    CHECK(calibration_grids(o).decode_context.back() == 8192);  // 8 GiB / (256 sequences x 4 KiB)
+    o.quick = true;
+    CHECK(calibration_grids(o).decode_context.back() == 8192);
+    o.device = "cpu";  // fp32 and 2 GiB: 2 GiB / (32 sequences x 8 KiB)
+    CHECK(calibration_grids(o).decode_context.back() == 8192);
+    o.quick = false;  // 64 sequences
+    CHECK(calibration_grids(o).decode_context.back() == 4096);
+  }
+  SECTION("up to 16384 batched tokens") {
+    o.max_batched_tokens = kCudaMaxBatchedTokens;
+    CHECK(calibration_grids(o).tokens.back() == 16384);
+    o.max_batched_tokens = kCudaMaxBatchedTokens + 1;
+    CHECK_THROWS_WITH(calibration_grids(o), Catch::Contains("--max-num-batched-tokens") &&
+                                                Catch::Contains("16384") && Catch::Contains("cuda"));
+    o.device = "cpu";  // the CPU allows more
+    CHECK(calibration_grids(o).tokens.back() == kCudaMaxBatchedTokens + 1);
+  }
+}
+
+TEST_CASE("Calibrating on cuda without a usable GPU is refused, naming the device and why") {
+  CalibrationOptions o = tiny_options("");
+  o.device = "cuda";
+  const std::string why = cuda_device_unavailable(0);
+  if (why.empty()) {
+    WARN("a usable GPU is visible: the calibration itself is tested by the [cuda] tests");
+    return;
+  }
+  CHECK_THROWS_AS(calibrate(o), InputError);
+  CHECK_THROWS_WITH(calibrate(o), Catch::Contains("--device cuda:0") && Catch::Contains(why));
+  // Bad options are reported first, naming their flag.
+  o.max_batched_tokens = 0;
+  CHECK_THROWS_WITH(calibrate(o), Catch::Contains("--max-num-batched-tokens"));
+}
+
 TEST_CASE("Calibration refuses options out of range, naming the flag") {
   CalibrationOptions o;
   o.model = tiny_spec();
@@ -275,8 +341,11 @@ TEST_CASE("Calibration refuses options out of range, naming the flag") {
     CHECK_THROWS_AS(calibrate(o), InputError);
   };
   SECTION("device") {
-    o.device = "cuda";
-    refuses("only cpu in this build");
+    for (const char* device : {"gpu", "cuda:x", "cuda:-1", "cuda0", ""}) {
+      o.device = device;
+      refuses("--device");
+      CHECK_THROWS_WITH(calibration_grids(o), Catch::Contains(fmt::format("'{}'", device)));
+    }
   }
   SECTION("tokens") {
     o.max_batched_tokens = 0;

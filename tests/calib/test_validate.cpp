@@ -446,3 +446,25 @@ TEST_CASE("validate: a tiny model end to end with a quick calibration") {
   other.model.intermediate_size = 96;
   CHECK_THROWS_AS(run_validation(other, workload, profile, "p.json"), InputError);
 }
+
+TEST_CASE("validate: a quick calibration on cuda keeps the device and times at most 16384 batched tokens") {
+  EngineSetup setup;
+  setup.device = "cuda:0";
+  setup.model = resolve_model("llama-3.1-8b");  // max_model_len 131072
+  setup.scheduler.policy = SchedulerPolicy::Continuous;  // without chunking: a budget of max_model_len
+  setup.workload.num_requests = 4;
+  const Workload workload = make_workload(setup.workload);
+  REQUIRE(engine_scheduler_config(setup).max_num_batched_tokens > kCudaMaxBatchedTokens);
+  const CalibrationOptions o = quick_calibration_options(setup, workload);
+  CHECK(o.device == "cuda:0");
+  CHECK(o.quick);
+  CHECK(o.max_batched_tokens == kCudaMaxBatchedTokens);
+  const CalibrationGrids g = calibration_grids(o);  // accepted
+  CHECK(g.tokens.back() == kCudaMaxBatchedTokens);
+  CHECK(g.decode_batch.back() == engine_scheduler_config(setup).max_num_seqs);
+
+  // The CPU keeps the whole budget.
+  setup.device = "cpu";
+  CHECK(quick_calibration_options(setup, workload).max_batched_tokens ==
+        engine_scheduler_config(setup).max_num_batched_tokens);
+}

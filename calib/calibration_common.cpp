@@ -1,0 +1,189 @@
+#include "calib/calibration_common.h"
+
+#include <sys/utsname.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "calib/profile_model.h"
+
+namespace servesim::calibration {
+namespace {
+
+std::string first_line_of(const char* command) {
+  std::string out;
+  if (FILE* p = popen(command, "r")) {
+    char buffer[256];
+    if (std::fgets(buffer, sizeof buffer, p)) out = buffer;
+    pclose(p);
+  }
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r' || out.back() == ' ')) out.pop_back();
+  return out;
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+// ---------------------------------------------------------- provenance ---
+
+std::string git_commit() {
+  std::vector<std::string> dirs;
+  std::error_code ec;
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) dirs.push_back(exe.parent_path().string());
+  dirs.push_back(".");
+  for (const std::string& dir : dirs) {
+    const std::string sha = first_line_of(("git -C " + shell_quote(dir) + " rev-parse HEAD 2>/dev/null").c_str());
+    if (sha.size() == 40 && sha.find_first_not_of("0123456789abcdef") == std::string::npos) return sha;
+  }
+  return "unknown";
+}
+
+std::string utc_now_iso() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buffer[32];
+  std::strftime(buffer, sizeof buffer, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buffer;
+}
+
+std::string compiler_version() {
+#if defined(__clang__)
+  return std::string("clang ") + __clang_version__;
+#elif defined(__GNUC__)
+  return std::string("GCC ") + __VERSION__;
+#else
+  return "unknown";
+#endif
+}
+
+std::string cpu_model_name() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("model name", 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon != std::string::npos) {
+        std::string name = line.substr(colon + 1);
+        name.erase(0, name.find_first_not_of(" \t"));
+        return name;
+      }
+    }
+  return "unknown CPU";
+}
+
+nlohmann::json host_identity() {
+  nlohmann::json host;
+  utsname u{};
+  if (uname(&u) == 0) {
+    host["os"] = fmt::format("{} {} {}", u.sysname, u.release, u.machine);
+    host["hostname"] = u.nodename;
+  }
+  host["cpu"] = cpu_model_name();
+  return host;
+}
+
+// -------------------------------------------------------------- tables ---
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+Curve make_curve(const std::vector<int64_t>& x, std::vector<double> seconds) {
+  Curve c;
+  for (int64_t v : x) c.x.push_back(double(v));
+  c.seconds = std::move(seconds);
+  return c;
+}
+
+nlohmann::json grids_json(const CalibrationGrids& g) {
+  return {{"tokens", g.tokens},
+          {"prefill_query", g.prefill_query},
+          {"prefill_cached", g.prefill_cached},
+          {"decode_batch", g.decode_batch},
+          {"decode_context", g.decode_context},
+          {"sampling_rows", g.sampling_rows}};
+}
+
+std::string axis_text(const std::vector<int64_t>& v) {
+  return v.size() == 1 ? fmt::format("{}", v.front()) : fmt::format("{} .. {}", v.front(), v.back());
+}
+
+// ------------------------------------------------- whole-model measurements ---
+
+OneSequencePlan::OneSequencePlan(int64_t request_id, int64_t query, int64_t cached, bool prefill,
+                                 int32_t block_size) {
+  for (int64_t b = 0; b < ceil_div(query + cached, block_size); ++b) table_.push_back(int32_t(b));
+  ScheduledSequence seq;
+  seq.request_id = request_id;
+  seq.num_query_tokens = int32_t(query);
+  seq.num_cached_tokens = int32_t(cached);
+  seq.is_prefill = prefill;
+  seq.samples = true;
+  seq.block_table = table_;
+  plan_.add(seq);
+}
+
+double tables_seconds(const DeviceProfile& p, const IterationPlan& plan) {
+  DeviceProfile tables = p;
+  tables.iteration_overhead_s = 0;
+  tables.gemm_in_situ = {};
+  return ProfileModel(std::move(tables), p.model, "calibration").breakdown(plan).total();
+}
+
+double median_execute_s(Executor& executor, const IterationPlan& plan, int warmup, int repetitions) {
+  std::vector<double> times;
+  IterationResult result;
+  for (int i = 0; i < warmup + std::max(repetitions, 1); ++i) {
+    result.reset();
+    executor.execute(plan, result);
+    if (i >= warmup) times.push_back(result.duration_s);
+  }
+  return median(times);
+}
+
+std::vector<int64_t> in_situ_lengths(const CalibrationOptions& options, int64_t max_context) {
+  std::vector<int64_t> lengths;
+  const int64_t longest = std::min<int64_t>(options.max_batched_tokens, max_context);
+  for (int64_t t : options.quick ? std::vector<int64_t>{32, 128} : std::vector<int64_t>{32, 128, 512})
+    if (t <= longest) lengths.push_back(t);
+  return lengths;
+}
+
+void measure_in_situ(DeviceProfile& p, Executor& executor, const std::vector<int64_t>& lengths,
+                     int32_t block_size, int repetitions, const std::function<void(const std::string&)>& say) {
+  DeviceProfile without = p;
+  without.gemm_in_situ = {};
+  const ProfileModel tables(std::move(without), p.model, "calibration");  // no in-situ factor yet
+  p.gemm_in_situ = {};
+  for (int64_t t : lengths) {
+    const OneSequencePlan prefill(1, t, 0, true, block_size);
+    const double measured = median_execute_s(executor, prefill.plan(), 1, repetitions);
+    const ProfileBreakdown b = tables.breakdown(prefill.plan());
+    const double scaled = b.gemm + b.elementwise;
+    const double factor = std::max(0.1, (measured - (b.total() - scaled)) / scaled);
+    p.gemm_in_situ.x.push_back(double(t));
+    p.gemm_in_situ.factor.push_back(factor);
+    if (say)
+      say(fmt::format("    in situ: a {}-token prefill took {:.2f} ms, the tables say {:.2f} ms: GEMMs x{:.3f}", t,
+                      measured * 1e3, b.total() * 1e3, factor));
+  }
+}
+
+}  // namespace servesim::calibration

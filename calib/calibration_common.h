@@ -1,0 +1,80 @@
+// Pieces both calibrations share -- the CPU one (calib/calibrate.cpp) and
+// the CUDA one (calib/calibrate_cuda.cpp): provenance, tables from grids,
+// and the whole-model measurements that tie the kernel tables to what an
+// iteration really costs (the fixed iteration overhead, the in-situ factor).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "calib/calibrate.h"
+#include "calib/profile.h"
+#include "sim/executor.h"
+#include "sim/iteration_plan.h"
+
+namespace servesim::calibration {
+
+// ---- provenance
+
+// The source commit: git's HEAD of the checkout holding this executable (a
+// build folder sits inside it), else of the working directory; "unknown".
+std::string git_commit();
+std::string utc_now_iso();       // "2026-11-29T10:11:12Z"
+std::string compiler_version();  // "GCC 12.2.0"
+std::string cpu_model_name();    // /proc/cpuinfo's model name
+// os, hostname and cpu of this machine.
+nlohmann::json host_identity();
+
+// ---- tables
+
+double median(std::vector<double> v);
+Curve make_curve(const std::vector<int64_t>& x, std::vector<double> seconds);
+nlohmann::json grids_json(const CalibrationGrids& g);
+// "1" or "1 .. 2048": an axis in a progress line.
+std::string axis_text(const std::vector<int64_t>& v);
+
+// ---- whole-model measurements
+
+// One sequence of `query` new tokens after `cached` ones, sampling its last
+// token, in KV blocks 0, 1, ...: the plans the whole-model measurements
+// run. Not copyable: the plan points into the block table.
+class OneSequencePlan {
+ public:
+  OneSequencePlan(int64_t request_id, int64_t query, int64_t cached, bool prefill, int32_t block_size);
+  OneSequencePlan(const OneSequencePlan&) = delete;
+  OneSequencePlan& operator=(const OneSequencePlan&) = delete;
+  const IterationPlan& plan() const { return plan_; }
+  int64_t blocks() const { return int64_t(table_.size()); }
+
+ private:
+  std::vector<int32_t> table_;
+  IterationPlan plan_;
+};
+
+// What the tables of `p` predict for `plan`, without the fixed iteration
+// overhead and without an in-situ factor (calib/profile_model.h).
+double tables_seconds(const DeviceProfile& p, const IterationPlan& plan);
+
+// The median of IterationResult::duration_s over `repetitions` executions
+// of `plan` after `warmup` untimed ones.
+double median_execute_s(Executor& executor, const IterationPlan& plan, int warmup, int repetitions);
+
+// The prefill lengths T of the in-situ factor: 32 and 128 (quick) or 32,
+// 128 and 512 (full), those within both max_batched_tokens and the
+// context limit.
+std::vector<int64_t> in_situ_lengths(const CalibrationOptions& options, int64_t max_context);
+
+// Fills p.gemm_in_situ: a whole-model prefill of each of `lengths` tokens
+// on `executor` (1 warm-up, then `repetitions` timed; the median), against
+// what p's tables predict for it (with p's iteration overhead):
+//   f(T) = (measured - attention - LM head - overhead) / (GEMMs + elementwise),
+// floored at 0.1. `say` gets one line per length. The executor must serve
+// the profiled model with at least ceil(max(lengths) / block_size) KV blocks.
+void measure_in_situ(DeviceProfile& p, Executor& executor, const std::vector<int64_t>& lengths,
+                     int32_t block_size, int repetitions, const std::function<void(const std::string&)>& say);
+
+}  // namespace servesim::calibration

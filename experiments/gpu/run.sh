@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# All of servesim's GPU work in one call of at most 8 minutes:
+#   experiments/gpu/run.sh OUT_DIR
+# 1. binaries: the prebuilt gpu-bundle/ (scripts/bundle_gpu_binaries.sh, made
+#    on a Debian machine with nvcc) if it runs here, else a build here
+#    (needs the Debian libraries: Eigen, fmt, Boost, nlohmann-json,
+#    Google Benchmark, Catch2);
+# 2. the [cuda] tests;
+# 3. the decoder's efficiency benchmark (llama-3.1-8b: decode at batch 1
+#    against the copy bandwidth, a 4096-token prefill against the bf16 GEMM);
+# 4. quick calibrations of llama-3.2-1b and llama-3.1-8b (random weights);
+# 5. validation of both at three loads with continuous and chunked;
+# 6. a short table (summary.md).
+# OUT_DIR receives summary.md, log.txt and results.tar.gz (everything else:
+# profiles, reports, test XML, benchmark JSON), few files because the device
+# tool brings back at most eight. Each step has its own time limit so that
+# one slow step cannot eat the others; a failed step is reported and the
+# rest still run. Exit status: 0 when every step passed.
+set -uo pipefail
+
+out=${1:?usage: experiments/gpu/run.sh OUT_DIR}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+work=$(mktemp -d /tmp/servesim-gpu.XXXXXX)
+started=$(date +%s)
+failed=()
+
+log() { echo "[$(($(date +%s) - started))s] $*" | tee -a "$out/log.txt" >&2; }
+# step NAME SECONDS COMMAND...: runs with a time limit, logs its output.
+step() {
+  local name=$1 limit=$2
+  shift 2
+  log "== $name (limit ${limit}s): $*"
+  if timeout --kill-after=10 "$limit" "$@" >>"$out/log.txt" 2>&1; then
+    log "== $name passed"
+  else
+    log "== $name FAILED (exit $?)"
+    failed+=("$name")
+  fi
+}
+
+export LD_LIBRARY_PATH="$repo/gpu-bundle/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+export PATH="/usr/local/cuda/bin:$PATH"
+
+# --- 1. binaries ---------------------------------------------------------------
+if [ -x "$repo/gpu-bundle/servesim" ] && "$repo/gpu-bundle/servesim" --help >/dev/null 2>&1; then
+  bin=$repo/gpu-bundle
+  servesim=$bin/servesim tests=$bin/servesim_cuda_tests bench=$bin/servesim_cuda_decoder_bench
+  query=$bin/servesim_device_query
+  log "using the prebuilt binaries in gpu-bundle/"
+else
+  log "no runnable gpu-bundle/: building here"
+  build=$work/build
+  step build 300 bash -c "cmake -S '$repo' -B '$build' -G Ninja -DCMAKE_BUILD_TYPE=Release -DSERVESIM_CUDA=ON \
+      -DSERVESIM_BUILD_BENCH=ON && cmake --build '$build' -j \$(nproc) --target servesim servesim_cuda_tests \
+      servesim_cuda_decoder_bench servesim_device_query"
+  servesim=$build/cli/servesim tests=$build/tests/servesim_cuda_tests
+  bench=$build/bench/servesim_cuda_decoder_bench query=$build/kernels/servesim_device_query
+fi
+if [ ! -x "$servesim" ]; then
+  log "no servesim binary: stopping"
+  exit 1
+fi
+
+{
+  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "commit: $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || cat "$repo/.commit" 2>/dev/null || echo unknown)"
+  echo "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null)"
+  echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //') ($(nproc) cores)"
+} >"$work/machine.txt"
+cat "$work/machine.txt" >>"$out/log.txt"
+step device-query 30 "$query"
+
+# --- 2. tests --------------------------------------------------------------------
+step cuda-tests 120 "$tests" --reporter junit --out "$work/cuda_tests.xml" --durations yes
+
+# --- 3. efficiency benchmark ---------------------------------------------------------
+step bench 90 "$bench" --model llama-3.1-8b --json "$work/bench_llama-3.1-8b.json"
+
+# --- 4 and 5. calibration and validation -------------------------------------------------
+# Prompts uniform 16..256, outputs 16..128 (run's defaults). The rates are
+# first guesses for an H200 (light, about saturation, past it); the summary
+# shows the throughput each reached.
+validate() {  # MODEL LOADS LIMIT
+  step "validate-$1" "$3" /usr/bin/env python3 "$repo/experiments/validation_cpu/run.py" --servesim "$servesim" \
+    --device cuda --model "$1" --out "$work/validation/$1" --calibrate-args --quick --loads "$2" \
+    --validate-args "--kv-cache-memory 24GiB --max-num-seqs 256" --anchor off
+}
+validate llama-3.2-1b "light:10:60,near-saturation:150:300,overloaded:600:300" 110
+validate llama-3.1-8b "light:5:40,near-saturation:60:200,overloaded:240:200" 150
+
+# --- 6. summary ------------------------------------------------------------------------------
+{
+  echo "# servesim GPU check"
+  echo
+  sed 's/^/    /' "$work/machine.txt"
+  echo
+  echo "failed steps: ${failed[*]:-none}; wall time $(($(date +%s) - started)) s"
+  echo
+  /usr/bin/env python3 "$repo/experiments/gpu/summarize.py" "$work" 2>&1
+} >"$out/summary.md"
+cat "$out/summary.md" >&2
+tar -C "$work" -czf "$out/results.tar.gz" . 2>>"$out/log.txt"
+rm -rf "$work"
+[ ${#failed[@]} -eq 0 ]

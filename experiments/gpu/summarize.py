@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""The GPU check's short table (markdown on stdout) from the folder that
+experiments/gpu/run.sh filled: [cuda] test counts, the decoder benchmark
+against its targets, and each model's validation errors against the
+issue's targets (MAPE <= 3%, P50/P90 TTFT and TPOT within 5%).
+Usage: experiments/gpu/summarize.py WORK_DIR"""
+import csv
+import glob
+import json
+import os
+import sys
+import xml.etree.ElementTree as ET
+
+
+def tests(work):
+    path = os.path.join(work, "cuda_tests.xml")
+    if not os.path.exists(path):
+        return "[cuda] tests: no report"
+    root = ET.parse(path).getroot()
+    suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
+    n = sum(int(s.get("tests", 0)) for s in suites)
+    bad = sum(int(s.get("failures", 0)) + int(s.get("errors", 0)) for s in suites)
+    return f"[cuda] tests: {n} test cases, {bad} failed"
+
+
+def bench(work):
+    lines = []
+    for path in sorted(glob.glob(os.path.join(work, "bench_*.json"))):
+        b = json.load(open(path))
+        d, p = b["decode"], b["prefill"]
+        lines += [
+            f"| {b['model']} decode batch 1 (context {d['context']}) | {d['step_s_median'] * 1e3:.3f} ms/token, "
+            f"{d['bytes_per_s'] / 1e9:.0f} GB/s | {100 * d['share_of_copy']:.1f}% of copy "
+            f"{b['copy_bytes_per_s'] / 1e9:.0f} GB/s | >= 85% |",
+            f"| {b['model']} prefill {p['tokens']} tokens | {p['seconds_median'] * 1e3:.1f} ms, "
+            f"{p['flops_per_s'] / 1e12:.0f} TFLOP/s | {100 * p['share_of_gemm']:.1f}% of bf16 GEMM "
+            f"{b['bf16_gemm_flops_per_s'] / 1e12:.0f} TFLOP/s | >= 60% |"]
+    if not lines:
+        return "decoder benchmark: no result"
+    return "| benchmark | measured | share of ceiling | target |\n|---|---|---|---|\n" + "\n".join(lines)
+
+
+def validation(work):
+    out = []
+    for path in sorted(glob.glob(os.path.join(work, "validation", "*", "summary.csv"))):
+        model = os.path.basename(os.path.dirname(path))
+        out.append(f"\n{model}: per-iteration MAPE and relative errors (target: MAPE <= 3%, errors within 5%)\n")
+        out.append("| scheduler | load | mode | MAPE | TTFT p50 | TTFT p90 | TPOT p50 | TPOT p90 | measured TPOT p50 |")
+        out.append("|---|---|---|---|---|---|---|---|---|")
+        for r in csv.DictReader(open(path)):
+            f = lambda k: f"{100 * float(r[k]):+.1f}%"
+            out.append(f"| {r['scheduler']} | {r['load']} ({r['rate']}/s) | {r['mode']} | "
+                       f"{100 * float(r['iteration_mape_all']):.1f}% | {f('ttft_p50_rel_error')} | "
+                       f"{f('ttft_p90_rel_error')} | {f('tpot_p50_rel_error')} | {f('tpot_p90_rel_error')} | "
+                       f"{1e3 * float(r['measured_tpot_p50_s']):.2f} ms |")
+    return "\n".join(out) if out else "validation: no result"
+
+
+def main():
+    if len(sys.argv) != 2 or not os.path.isdir(sys.argv[1]):
+        sys.exit(__doc__)
+    work = sys.argv[1]
+    print(tests(work))
+    print()
+    print(bench(work))
+    print(validation(work))
+
+
+if __name__ == "__main__":
+    main()

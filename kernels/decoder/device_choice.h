@@ -1,0 +1,35 @@
+// Which device a real run, a calibration or a validation uses: the flag
+// value "cpu", "cuda" (device 0) or "cuda:N".
+#pragma once
+
+#include <string>
+
+namespace servesim {
+
+struct DeviceChoice {
+  bool cuda = false;
+  int index = 0;  // the CUDA device ordinal
+  // "cpu" or "cuda" (what a device profile's device_kind records).
+  std::string kind() const { return cuda ? "cuda" : "cpu"; }
+  std::string name() const;  // "cpu", "cuda:0", ...
+};
+
+// InputError naming --device for anything else.
+DeviceChoice parse_device(const std::string& value);
+
+// K and V of one token in every layer as the decoder on `device` stores
+// them: fp32 on the CPU, bf16 on CUDA.
+struct ModelSpec;
+double decoder_kv_bytes_per_token(const ModelSpec& model, const DeviceChoice& device);
+
+// "" when CUDA device `index` can run the decoder; otherwise why not (this
+// build has no CUDA backend, no GPU is visible, the index is out of range,
+// or the GPU is older than the build's architecture). Defined by the CUDA
+// backend, or by kernels/cuda/no_cuda without one.
+std::string cuda_device_unavailable(int index);
+
+// InputError (exit 2 at the CLI) with cuda_device_unavailable's reason when
+// `device` is a CUDA device that cannot be used.
+void require_device(const DeviceChoice& device);
+
+}  // namespace servesim
