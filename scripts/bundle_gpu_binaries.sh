@@ -5,7 +5,7 @@
 #   gpu-bundle/servesim, servesim_cuda_tests, servesim_cuda_decoder_bench,
 #   servesim_device_query, lib/*.so*
 # sm_90 code, no -march=native (the host's CPU is not this one), libstdc++
-# and libgcc linked statically; cuBLAS and the CUDA runtime come from the
+# and libgcc linked into the executables (the bundled libraries use the host's own, newer ones); cuBLAS and the CUDA runtime come from the
 # host's CUDA (LD_LIBRARY_PATH, set by run.sh). Usage: scripts/bundle_gpu_binaries.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,7 +20,7 @@ cp $build/cli/servesim $build/tests/servesim_cuda_tests $build/bench/servesim_cu
 # Shared libraries outside glibc, the CUDA toolkit and the driver.
 for bin in gpu-bundle/servesim*; do
   ldd "$bin" | awk '/=> \//{print $3}'
-done | sort -u | grep -vE '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*|libcuda|libcudart|libcublas[^/]*)\.so' \
+done | sort -u | grep -vE '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas[^/]*)\.so' \
   | while read -r lib; do cp -L "$lib" gpu-bundle/lib/; done
 strip gpu-bundle/servesim* 2>/dev/null || true
 du -sh gpu-bundle

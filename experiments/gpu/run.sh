@@ -81,11 +81,14 @@ step bench 90 "$bench" --model llama-3.1-8b --json "$work/bench_llama-3.1-8b.jso
 # --- 4 and 5. calibration and validation -------------------------------------------------
 # Prompts uniform 16..256, outputs 16..128 (run's defaults). The rates are
 # first guesses for an H200 (light, about saturation, past it); the summary
-# shows the throughput each reached.
+# shows the throughput each reached. Iterations of up to 8192 tokens (both
+# schedulers) and contexts of at most 384 tokens: the quick calibration's
+# grids reach 8192 tokens and 4096 positions, so nothing is extrapolated.
 validate() {  # MODEL LOADS LIMIT
   step "validate-$1" "$3" /usr/bin/env python3 "$repo/experiments/validation_cpu/run.py" --servesim "$servesim" \
-    --device cuda --model "$1" --out "$work/validation/$1" --calibrate-args --quick --loads "$2" \
-    --validate-args "--kv-cache-memory 24GiB --max-num-seqs 256" --anchor off
+    --device cuda --model "$1" --out "$work/validation/$1" --loads "$2" --anchor off \
+    --calibrate-args="--quick --max-num-batched-tokens 8192 --max-context 4096" \
+    --validate-args="--kv-cache-memory 24GiB --max-num-seqs 256 --max-num-batched-tokens 8192"
 }
 validate llama-3.2-1b "light:10:60,near-saturation:150:300,overloaded:600:300" 110
 validate llama-3.1-8b "light:5:40,near-saturation:60:200,overloaded:240:200" 150

@@ -233,6 +233,9 @@ class CudaDecoder final : public DecoderModel {
 std::string cuda_device_unavailable(int index) {
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status == cudaErrorNoDevice || status == cudaErrorInsufficientDriver)
+    return fmt::format("no GPU with a CUDA driver is visible on this machine (cudaGetDeviceCount: {})",
+                       cudaGetErrorString(status));
   if (status != cudaSuccess) return fmt::format("no usable CUDA device ({})", cudaGetErrorString(status));
   if (count == 0) return "no CUDA device is visible";
   if (index < 0 || index >= count)

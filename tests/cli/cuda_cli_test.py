@@ -22,7 +22,8 @@ from cli_test import check, expect_input_error, load_summary, run_case_from_argv
 
 # What require_device says when the device cannot be used
 # (kernels/cuda/cuda_decoder.cpp, kernels/cuda/no_cuda/no_cuda.cpp).
-NO_GPU_REASONS = ["no CUDA device is visible", "no usable CUDA device", "this build has no CUDA backend"]
+NO_GPU_REASONS = ["no CUDA device is visible", "no GPU with a CUDA driver", "no usable CUDA device",
+                  "this build has no CUDA backend"]
 
 # A small real run: tiny-15m, a handful of short requests.
 SMALL_RUN = ["--model", "tiny-15m", "--num-requests", "4", "--rate", "50",
