@@ -165,9 +165,13 @@ class CudaDecoder final : public DecoderModel {
     if (layout.num_tokens() == 0) throw std::logic_error("CudaDecoder: an empty batch");
     cudaStream_t st = stream_.get();
     const int32_t n = int32_t(layout.sequences.size());
-    const bool graphed = options_.graphs && is_plain_decode(layout) && n <= options_.max_graph_batch;
+    const bool plain = is_plain_decode(layout) && n <= options_.max_graph_batch;
+    const bool graphed = options_.graphs && plain;
     if (!graphed) {
-      scratch_.meta.stage(layout, kv_.block_size);
+      // A plain decode is padded to its bucket with graphs off too: the
+      // decode attention's split count follows the padded batch, so graphs
+      // on and off compute the same numbers.
+      scratch_.meta.stage(layout, kv_.block_size, plain ? graph_bucket(n) : 0);
       scratch_.meta.upload(st);
       servesim::forward(backend_, weights_, kv_, scratch_, layout);
       return;
