@@ -72,7 +72,7 @@ void require_free_memory(const std::string& what, double bytes, const DeviceChoi
   CUDA_CHECK(cudaMemGetInfo(&free, &total));
   if (bytes + kMemoryHeadroomBytes <= double(free)) return;
   throw InputError(fmt::format(
-      "calibrating {} on {}: {} needs about {:.1f} GB of GPU memory (+ {:.1f} GB headroom), but only {:.1f} GB "
+      "calibrating {} on {}: {} would need about {:.1f} GB of GPU memory (+ {:.1f} GB headroom), but only {:.1f} GB "
       "of the GPU's {:.1f} GB are free; lower --max-context or --max-num-batched-tokens, use a smaller model, "
       "or free the GPU",
       model.name, device.name(), what, bytes / 1e9, kMemoryHeadroomBytes / 1e9, double(free) / 1e9,
@@ -132,7 +132,8 @@ DeviceProfile calibrate_cuda(const CalibrationOptions& options, std::function<vo
   const double head_bytes = m.head_bytes(model.tie_word_embeddings);
   const double kv_bytes = double(kv_blocks * bs) * m.kv_bytes_per_token();
   const double scratch_bytes = m.scratch_bytes(double(max_tokens), double(max_rows), double(max_decode));
-  const double rig_bytes = m.layer_weight_bytes() + head_bytes + kv_bytes + scratch_bytes + 32 * kMiB;
+  // 64 MiB: two cuBLAS workspaces (cuda::Gemm's 32 MiB each): the rig's own Gemm and its Backend's.
+  const double rig_bytes = m.layer_weight_bytes() + head_bytes + kv_bytes + scratch_bytes + 64 * kMiB;
   // The whole model's decoder: every layer, a KV cache for the longest
   // whole-model plan, activations for it.
   const int64_t context = grids.decode_context.front();
@@ -189,14 +190,14 @@ DeviceProfile calibrate_cuda(const CalibrationOptions& options, std::function<vo
   // ---- ceilings: device-to-device copy, saxpy (triad), a large bf16 GEMM.
   announce("ceilings", fmt::format("device-to-device copy and cuBLAS saxpy on {:.0f} MiB arrays, cuBLAS bf16 GEMM {}^3",
                                    double(ceiling_sizes.array_bytes) / kMiB, ceiling_sizes.gemm_n));
-  require_free_memory("the ceilings", ceilings_bytes, device, model);
+  require_free_memory("the ceilings' buffers", ceilings_bytes, device, model);
   const cuda_calib::Ceilings ceilings = cuda_calib::measure_ceilings(timer, stream, ceiling_sizes, options.weights_seed);
   p.stream_copy_bytes_per_s = ceilings.copy_bytes_per_s;
   p.stream_triad_bytes_per_s = ceilings.triad_bytes_per_s;
   p.gemm_flops_per_s = ceilings.gemm_flops_per_s;
 
   say(fmt::format("setting up: one layer of {} in bf16 ({:.0f} MiB of KV blocks, {:.0f} MiB of activations); the "
-                  "{:.0f} MiB L2 is flushed before every cold launch",
+                  "{:.1f} MiB L2 is flushed before every cold launch",
                   model.name, kv_bytes / kMiB, scratch_bytes / kMiB, double(l2) / kMiB));
   require_free_memory("one layer's weights, KV blocks and activations", rig_bytes, device, model);
   auto rig = std::make_unique<Rig>(model, kv_blocks, bs, options.weights_seed, stream, int32_t(max_tokens),
