@@ -37,17 +37,8 @@ ModelSpec tiny_spec() {
 // by side.
 // Removed when the process ends.
 std::string scratch_dir() {
-  struct Dir {
-    std::filesystem::path path =
-        std::filesystem::temp_directory_path() / ("servesim_test_calibrate_" + std::to_string(getpid()));
-    Dir() { std::filesystem::create_directories(path); }
-    ~Dir() {
-      std::error_code ec;
-      std::filesystem::remove_all(path, ec);
-    }
-  };
-  static Dir dir;
-  return dir.path.string();
+  static const test::TempDir dir("calibrate");  // removed when the process ends
+  return dir.path().string();
 }
 
 CalibrationOptions tiny_options(const std::string& raw_path) {

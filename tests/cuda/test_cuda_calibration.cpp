@@ -25,6 +25,7 @@
 #include "kernels/cuda/device_buffer.h"
 #include "sim/errors.h"
 #include "sim/model_spec.h"
+#include "sim/test_support.h"
 #include "sim/workload.h"
 
 using namespace servesim;
@@ -52,17 +53,8 @@ ModelSpec calib_spec() {
 }
 
 std::string scratch_dir() {
-  struct Dir {
-    std::filesystem::path path =
-        std::filesystem::temp_directory_path() / ("servesim_test_cuda_calibration_" + std::to_string(getpid()));
-    Dir() { std::filesystem::create_directories(path); }
-    ~Dir() {
-      std::error_code ec;
-      std::filesystem::remove_all(path, ec);
-    }
-  };
-  static Dir dir;
-  return dir.path.string();
+  static const test::TempDir dir("cuda_calibration");  // removed when the process ends
+  return dir.path().string();
 }
 
 CalibrationOptions quick_options(const std::string& raw_path) {
