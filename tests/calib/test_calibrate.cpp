@@ -219,14 +219,33 @@ TEST_CASE("The raw Google Benchmark JSON is kept and names every benchmark") {
 TEST_CASE("Calibration grids follow the documented rules") {
   CalibrationOptions o;
   o.model = resolve_model("small-110m");  // max_position_embeddings 1024
-  SECTION("full") {
+  SECTION("full: every token and row count to 64 (the CPU's matmul changes kernel and saw-tooths there)") {
     const CalibrationGrids g = calibration_grids(o);
-    CHECK(g.tokens == std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048});
-    CHECK(g.prefill_query == g.tokens);
+    std::vector<int64_t> dense;
+    for (int64_t m = 1; m <= 64; ++m) dense.push_back(m);
+    std::vector<int64_t> tokens = dense, rows = dense;
+    tokens.insert(tokens.end(), {128, 256, 512, 1024, 2048});
+    rows.insert(rows.end(), {128, 256});
+    CHECK(g.tokens == tokens);
+    CHECK(g.prefill_query == std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048});
     CHECK(g.prefill_cached == std::vector<int64_t>{0, 15, 31, 63, 127, 255, 511, 1023});
     CHECK(g.decode_batch == std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64});
     CHECK(g.decode_context == std::vector<int64_t>{16, 32, 64, 128, 256, 512, 1024});
-    CHECK(g.sampling_rows == std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64, 128, 256});
+    CHECK(g.sampling_rows == rows);
+  }
+  SECTION("full, small limits: the dense start stops at the limit") {
+    o.max_batched_tokens = 40;
+    o.max_num_seqs = 100;
+    const CalibrationGrids g = calibration_grids(o);
+    CHECK(g.tokens.size() == 40);
+    CHECK(g.tokens.back() == 40);
+    CHECK(g.sampling_rows.size() == 40);
+    o.max_batched_tokens = 100;  // dense to 64, then the limit
+    const CalibrationGrids h = calibration_grids(o);
+    CHECK(h.tokens.size() == 65);
+    CHECK(h.tokens[63] == 64);
+    CHECK(h.tokens.back() == 100);
+    CHECK(h.sampling_rows.back() == 100);
   }
   SECTION("quick") {
     o.quick = true;
