@@ -17,6 +17,20 @@
 namespace servesim {
 namespace {
 
+// The products of a weight matrix with the batch's rows: GEMMs and LM head.
+bool streams_weights(ProfileOp op) {
+  switch (op) {
+    case ProfileOp::GemmQkv:
+    case ProfileOp::GemmO:
+    case ProfileOp::GemmGateUp:
+    case ProfileOp::GemmDown:
+    case ProfileOp::LmHead: return true;
+    case ProfileOp::Elementwise:
+    case ProfileOp::Sampling: return false;
+  }
+  return false;
+}
+
 // Fit predictions never drop below this fraction of the table's smallest time.
 constexpr double kFloorFraction = 1e-3;
 
@@ -275,8 +289,16 @@ double ProfileModel::anchor_factor(double memory_s, double compute_s) const {
 
 double ProfileModel::op_seconds(ProfileOp op, double x) const {
   if (!(x > 0)) return 0;
+  const double t = table_seconds(op, x);
+  if (streams_weights(op)) {
+    // The part of the product that streams the weights once -- all of it
+    // at M = 1 -- moves with the memory speed, the rest with the compute
+    // speed (see the top of profile_model.h).
+    const double stream = std::min(t, table_seconds(op, 1.0));
+    return anchor_.memory * stream + anchor_.compute * (t - stream);
+  }
   const auto [memory, compute] = roofline_parts(op, x);
-  return anchor_factor(memory, compute) * table_seconds(op, x);
+  return anchor_factor(memory, compute) * t;
 }
 
 double ProfileModel::table_seconds(ProfileOp op, double x) const {

@@ -61,13 +61,20 @@
 //
 // Re-anchoring (set_anchor_scales, calib/anchor.h): on a machine whose speed
 // drifts, a validation measures how much slower memory-bound work (scale
-// s_m) and compute-bound work (s_c) run now than at calibration. Every
-// component is then multiplied by
-//   w s_m + (1 - w) s_c,   w = M / (M + C),
-// with M and C the operator's memory and compute roofline times at its size
-// (the GEMMs, the LM head, and prefill attention with 4 H dh pairs FLOPs
-// against its K and V bytes); elementwise work, sampling, decode attention
-// and the iteration overhead (measured on a decode) are memory-bound, w = 1.
+// s_m) and compute-bound work (s_c) run now than at calibration.
+//   Products with a weight matrix (the GEMMs, the LM head) of table time
+//   t(x): the time of streaming the weights once, t_w = min(t(x), t(1)),
+//   moves with memory, the rest with compute:
+//     s_m t_w + s_c (t(x) - t_w).
+//   (On the 2-core VM a change of the 1-token decode step by D moved decode
+//   steps of 2 .. 32 sequences by 0.5 D .. 1.1 D, not in proportion to their
+//   length, as the roofline's memory share -- near 1 up to M ~ 15 in fp32 --
+//   would have it.)
+//   Prefill attention: multiplied by w s_m + (1 - w) s_c, w = M / (M + C),
+//   with M and C its memory and compute roofline times (4 H dh FLOPs per
+//   query-key pair against its K and V bytes).
+//   Elementwise work, sampling, decode attention and the iteration overhead
+//   (measured on a decode) are memory-bound: multiplied by s_m.
 // Scales of 1 (the default) leave the tables as measured.
 #pragma once
 

@@ -14,8 +14,10 @@ Run it on an idle machine: other processes on the two cores distort the
 real runs. This VM also changes its memory speed from minute to minute (the
 same decode step takes 6.5 ms or 9.5 ms): with --max-drift F a point whose
 anchor probes, measured just before and after its real run, differ from the
-calibration's by more than F is run again (up to --attempts), the attempt
-that drifted least is kept, and attempts.csv lists every attempt.
+calibration's by more than F (with --anchor apply, which re-anchors the
+predictions on the probes: differ from each other by more than F) is run again (up to --attempts), the attempt
+that drifted least is kept, attempts.csv lists every attempt and the
+NAME.attemptN folders keep each attempt's reports.
 
 Usage: experiments/validation_cpu/run.py [--servesim PATH] [--out DIR] [--quick] [--max-drift F]
 
@@ -63,12 +65,26 @@ def probes_of(point):
     return {k + "_decode_s": probes[k]["decode_iteration_s"] for k in ("calibration", "before", "after")}
 
 
-def drift_of(point):
-    """How far the device's memory-bound speed around the run was from the calibration's:
-    the larger of |before / calibration - 1| and |after / calibration - 1| (0 without probes)."""
+def prune_to_reports(folder):
+    """Delete everything in folder but its report_*.json."""
+    for root, dirs, files in os.walk(folder, topdown=False):
+        for name in files:
+            if not (root == folder and name.startswith("report_") and name.endswith(".json")):
+                os.remove(os.path.join(root, name))
+        for name in dirs:
+            os.rmdir(os.path.join(root, name))
+
+
+def drift_of(point, anchor):
+    """How far the device's memory-bound speed moved, by the decode probe (0 without probes):
+    from the calibration's -- the larger of |before / calibration - 1| and |after / calibration - 1| --
+    or, when the predictions are re-anchored on the probes (--anchor apply), during the run:
+    |after / before - 1|."""
     p = probes_of(point)
     if p["calibration_decode_s"] is None:
         return 0.0
+    if anchor == "apply":
+        return abs(p["after_decode_s"] / p["before_decode_s"] - 1)
     return max(abs(p[k] / p["calibration_decode_s"] - 1) for k in ("before_decode_s", "after_decode_s"))
 
 
@@ -83,7 +99,8 @@ def main():
     ap.add_argument("--profile", help="use this profile instead of calibrating one")
     ap.add_argument("--max-drift", type=float, default=0.0,
                     help="rerun a point whose anchor probes (a whole-model decode step just before and just after "
-                         "the real run) differ from the calibration's by more than this fraction, up to --attempts "
+                         "the real run) differ from the calibration's (with --anchor apply: from each other) by "
+                         "more than this fraction, up to --attempts "
                          "times, keeping the attempt that drifted least; every attempt is listed in attempts.csv "
                          "(default 0: off). This VM changes its memory speed by up to 50%% from minute to minute; "
                          "a prediction from a calibration on the other speed is not a test of the cost model")
@@ -120,7 +137,7 @@ def main():
                     "--scheduler", scheduler, "--arrival", "poisson", "--rate", str(rate),
                     "--num-requests", str(n), "--seed", "1", "--quiet", "--anchor", opts.anchor, "--out", out]
                    + opts.validate_args.split())
-                tries.append((drift_of(out), attempt, out))
+                tries.append((drift_of(out, opts.anchor), attempt, out))
                 attempts.append({"scheduler": scheduler, "load": load, "attempt": attempt,
                                  "drift": tries[-1][0], **probes_of(out)})
                 if opts.max_drift <= 0 or tries[-1][0] <= opts.max_drift:
@@ -129,6 +146,8 @@ def main():
             if out != point:
                 shutil.rmtree(point, ignore_errors=True)
                 shutil.copytree(out, point)
+                for _, _, tried in tries:  # each attempt keeps its reports; the kept one's data is in `point`
+                    prune_to_reports(tried)
             for mode in ["replay", "predict"]:
                 with open(os.path.join(point, f"report_{mode}.json")) as f:
                     r = json.load(f)

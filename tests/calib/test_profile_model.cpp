@@ -437,15 +437,25 @@ TEST_CASE("profile model: re-anchoring scales each part by its memory- and compu
   ProfileModel anchored(synthetic_profile(m), m);
   anchored.set_anchor_scales({2.0, 1.25});  // memory-bound work twice as slow, compute-bound 25% slower
 
-  // A 1-D operator: the roofline's memory share w sets w 2 + (1 - w) 1.25.
+  // A product with weights: streaming them once (its time at M = 1) moves
+  // with memory, the rest with compute.
   for (double x : {1.0, 64.0, 4096.0}) {
     for (ProfileOp op : {ProfileOp::GemmQkv, ProfileOp::GemmDown, ProfileOp::LmHead}) {
-      const auto [memory, compute] = plain.roofline_parts(op, x);
-      const double w = memory / (memory + compute);
-      INFO(to_string(op) << " at " << x << ", memory share " << w);
-      CHECK(rel_close(anchored.op_seconds(op, x), plain.op_seconds(op, x) * (2.0 * w + 1.25 * (1 - w)), 1e-12));
+      const double t = plain.op_seconds(op, x), t1 = plain.op_seconds(op, 1.0);
+      INFO(to_string(op) << " at " << x);
+      REQUIRE(t >= t1);
+      CHECK(rel_close(anchored.op_seconds(op, x), 2.0 * t1 + 1.25 * (t - t1), 1e-12));
     }
   }
+  CHECK(rel_close(anchored.op_seconds(ProfileOp::GemmQkv, 1.0), 2 * plain.op_seconds(ProfileOp::GemmQkv, 1.0), 1e-12));
+  // ... so with memory alone slower, every batch moves by what one token's
+  // product moves, not in proportion to its length.
+  ProfileModel memory_only(synthetic_profile(m), m);
+  memory_only.set_anchor_scales({2.0, 1.0});
+  const double t1 = plain.op_seconds(ProfileOp::GemmQkv, 1.0);
+  for (double x : {8.0, 64.0, 4096.0})
+    CHECK(rel_close(memory_only.op_seconds(ProfileOp::GemmQkv, x) - plain.op_seconds(ProfileOp::GemmQkv, x), t1,
+                    1e-9));
   // Memory-bound by nature: elementwise work, sampling, decode attention.
   CHECK(rel_close(anchored.op_seconds(ProfileOp::Elementwise, 100), 2 * plain.op_seconds(ProfileOp::Elementwise, 100),
                   1e-12));
