@@ -36,6 +36,8 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "experiments"))
+import drift_gate  # noqa: E402  (experiments/drift_gate.py)
 BATCHES = [1, 8, 32, 128]
 ALPHAS = [0.5, 0.6, 0.7, 0.8, 0.9]
 K_MAX = 8
@@ -137,12 +139,14 @@ def part_sim(opts):
 def validate_point(opts, label, batch, k, extra):
     out = os.path.join(opts.out, "validation", label)
     requests = (4 if opts.quick else 8) * max(1, batch // 2) if batch > 1 else (3 if opts.quick else 6)
-    sh([opts.servesim, "validate", "--device", "cpu", "--model", CPU_TARGET, "--quiet",
-        "--profile", profile_path(opts.out, CPU_TARGET), "--num-speculative-tokens", str(k), *extra,
-        "--arrival", "closed", "--concurrency", str(batch), "--max-num-seqs", str(batch),
-        "--num-requests", str(requests), "--prompt-len", f"fixed:{CPU_PROMPT}",
-        "--output-len", f"fixed:{CPU_OUTPUT}", "--seed", "1", "--out", out])
-    row = {"point": label, "batch": batch, "k": k}
+    attempt, drift = drift_gate.validate_gated(
+        lambda folder: sh([opts.servesim, "validate", "--device", "cpu", "--model", CPU_TARGET, "--quiet",
+                           "--profile", profile_path(opts.out, CPU_TARGET), "--num-speculative-tokens", str(k),
+                           *extra, "--arrival", "closed", "--concurrency", str(batch), "--max-num-seqs", str(batch),
+                           "--num-requests", str(requests), "--prompt-len", f"fixed:{CPU_PROMPT}",
+                           "--output-len", f"fixed:{CPU_OUTPUT}", "--seed", "1", "--out", folder]),
+        out, "report", opts.max_drift, opts.attempts, opts.attempt_log)
+    row = {"point": label, "batch": batch, "k": k, "attempt": attempt, "anchor_drift": drift}
     for mode in ["predict", "replay"]:
         with open(os.path.join(out, f"report_{mode}.json")) as f:
             r = json.load(f)
@@ -172,6 +176,8 @@ def part_cpu(opts):
             rows.append(validate_point(opts, f"b{batch}_k{k}_self{SELF_DRAFT_LAYERS}", batch, k,
                                        ["--self-draft-layers", str(SELF_DRAFT_LAYERS)]))
     write_csv(os.path.join(opts.out, "validation.csv"), rows)
+    if opts.attempt_log:
+        write_csv(os.path.join(opts.out, "validation_attempts.csv"), opts.attempt_log)
 
 
 def write_csv(path, rows):
@@ -192,7 +198,14 @@ def main():
                     help="folder with profile_small-110m.json and profile_tiny-15m.json (default: OUT; "
                          "part cpu calibrates them unless this is given)")
     ap.add_argument("--quick", action="store_true", help="quick calibration and fewer requests (a smoke test)")
+    ap.add_argument("--max-drift", type=float, default=0.0,
+                    help="part cpu: rerun a point whose anchor probes (just before and after its real run) differ "
+                         "from the calibration's by more than this fraction, up to --attempts times, keeping the "
+                         "attempt that drifted least (experiments/drift_gate.py; validation_attempts.csv lists "
+                         "every attempt). Default 0: off")
+    ap.add_argument("--attempts", type=int, default=3, help="most runs of one point under --max-drift")
     opts = ap.parse_args()
+    opts.attempt_log = []
     os.makedirs(opts.out, exist_ok=True)
     opts.scratch = opts.scratch or os.path.join(ROOT, "runs", "speculative_sweeps")
     os.makedirs(opts.scratch, exist_ok=True)

@@ -15,8 +15,9 @@ real runs. This VM also changes its memory speed from minute to minute (the
 same decode step takes 6.5 ms or 9.5 ms): with --max-drift F a point whose
 anchor probes, measured just before and after its real run, differ from the
 calibration's by more than F (with --anchor apply, which re-anchors the
-predictions on the probes: differ from each other by more than F) is run again (up to --attempts), the attempt
-that drifted least is kept, attempts.csv lists every attempt and the
+predictions on the probes: differ from each other by more than F) is run
+again, up to --attempts times (experiments/drift_gate.py); the attempt that
+drifted least is kept, attempts.csv lists every attempt and the
 NAME.attemptN folders keep each attempt's reports.
 
 Usage: experiments/validation_cpu/run.py [--servesim PATH] [--out DIR] [--quick] [--max-drift F]
@@ -31,11 +32,12 @@ import datetime
 import json
 import os
 import platform
-import shutil
 import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "experiments"))
+import drift_gate  # noqa: E402  (experiments/drift_gate.py)
 MODEL = "small-110m"
 # Prompts uniform 16..256, outputs uniform 16..128 (the `run` defaults): on
 # this 2-core VM small-110m saturates near 3 requests/s.
@@ -53,39 +55,6 @@ def sh(cmd):
     if done.returncode != 0:
         sys.exit(f"failed ({done.returncode}): {' '.join(cmd)}\n{done.stderr}")
     return done.stdout
-
-
-def probes_of(point):
-    """The decode probe's seconds at calibration, just before and just after the real run."""
-    with open(os.path.join(point, "report_replay.json")) as f:
-        anchor = json.load(f).get("anchor", {})
-    probes = anchor.get("profiles", {}).get("profile", {})
-    if not anchor.get("measured") or "before" not in probes:
-        return {"calibration_decode_s": None, "before_decode_s": None, "after_decode_s": None}
-    return {k + "_decode_s": probes[k]["decode_iteration_s"] for k in ("calibration", "before", "after")}
-
-
-def prune_to_reports(folder):
-    """Delete everything in folder but its report_*.json."""
-    for root, dirs, files in os.walk(folder, topdown=False):
-        for name in files:
-            if not (root == folder and name.startswith("report_") and name.endswith(".json")):
-                os.remove(os.path.join(root, name))
-        for name in dirs:
-            os.rmdir(os.path.join(root, name))
-
-
-def drift_of(point, anchor):
-    """How far the device's memory-bound speed moved, by the decode probe (0 without probes):
-    from the calibration's -- the larger of |before / calibration - 1| and |after / calibration - 1| --
-    or, when the predictions are re-anchored on the probes (--anchor apply), during the run:
-    |after / before - 1|."""
-    p = probes_of(point)
-    if p["calibration_decode_s"] is None:
-        return 0.0
-    if anchor == "apply":
-        return abs(p["after_decode_s"] / p["before_decode_s"] - 1)
-    return max(abs(p[k] / p["calibration_decode_s"] - 1) for k in ("before_decode_s", "after_decode_s"))
 
 
 def main():
@@ -130,24 +99,12 @@ def main():
             if opts.quick:
                 n = max(4, n // 4)
             point = os.path.join(opts.out, f"{scheduler}_{load}")
-            tries = []
-            for attempt in range(1, max(1, opts.attempts if opts.max_drift > 0 else 1) + 1):
-                out = point if opts.max_drift <= 0 else f"{point}.attempt{attempt}"
-                sh([opts.servesim, "validate", "--device", opts.device, "--model", opts.model, "--profile", profile,
-                    "--scheduler", scheduler, "--arrival", "poisson", "--rate", str(rate),
-                    "--num-requests", str(n), "--seed", "1", "--quiet", "--anchor", opts.anchor, "--out", out]
-                   + opts.validate_args.split())
-                tries.append((drift_of(out, opts.anchor), attempt, out))
-                attempts.append({"scheduler": scheduler, "load": load, "attempt": attempt,
-                                 "drift": tries[-1][0], **probes_of(out)})
-                if opts.max_drift <= 0 or tries[-1][0] <= opts.max_drift:
-                    break
-            drift, attempt, out = min(tries)
-            if out != point:
-                shutil.rmtree(point, ignore_errors=True)
-                shutil.copytree(out, point)
-                for _, _, tried in tries:  # each attempt keeps its reports; the kept one's data is in `point`
-                    prune_to_reports(tried)
+            attempt, drift = drift_gate.validate_gated(
+                lambda out: sh([opts.servesim, "validate", "--device", opts.device, "--model", opts.model,
+                                "--profile", profile, "--scheduler", scheduler, "--arrival", "poisson",
+                                "--rate", str(rate), "--num-requests", str(n), "--seed", "1", "--quiet",
+                                "--anchor", opts.anchor, "--out", out] + opts.validate_args.split()),
+                point, opts.anchor, opts.max_drift, opts.attempts, attempts)
             for mode in ["replay", "predict"]:
                 with open(os.path.join(point, f"report_{mode}.json")) as f:
                     r = json.load(f)
