@@ -67,9 +67,12 @@
 //   moves with memory, the rest with compute:
 //     s_m t_w + s_c (t(x) - t_w).
 //   (On the 2-core VM a change of the 1-token decode step by D moved decode
-//   steps of 2 .. 32 sequences by 0.5 D .. 1.1 D, not in proportion to their
-//   length, as the roofline's memory share -- near 1 up to M ~ 15 in fp32 --
-//   would have it.)
+//   steps of 2 .. 32 sequences by 0.5 D .. 1.1 D in one measurement, not in
+//   proportion to their length, as the roofline's memory share -- near 1 up
+//   to M ~ 15 in fp32 -- would have it. In another, after a change from
+//   fast to slow, this rule still predicted steps of 3 .. 9 sequences
+//   13-22% too slow: how much a batch moves differs between the CPU's
+//   kernels and between the VM's states, so re-anchoring is experimental.)
 //   Prefill attention: multiplied by w s_m + (1 - w) s_c, w = M / (M + C),
 //   with M and C its memory and compute roofline times (4 H dh FLOPs per
 //   query-key pair against its K and V bytes).
