@@ -269,7 +269,7 @@ int copies_for(double bytes, double rotation_bytes, int cap) {
   return int(std::clamp(std::ceil(rotation_bytes / bytes), 1.0, double(cap)));
 }
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+using calibration::ceil_div;
 
 // A packed batch and the block tables its slices point into.
 struct LayoutCopy {

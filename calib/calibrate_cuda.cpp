@@ -24,6 +24,7 @@
 #include "calib/profile_model.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/cuda_stream.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/pinned_buffer.h"
 #include "kernels/decoder/decoder_executor.h"
@@ -51,19 +52,7 @@ constexpr size_t kMinCopyBytes = size_t(64) << 20;
 // of which captures its CUDA graph).
 constexpr int kDecodeRepetitions = 30, kQuickDecodeRepetitions = 10;
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-class Stream {
- public:
-  Stream() { CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
-  ~Stream() { cudaStreamDestroy(stream_); }
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-  cudaStream_t get() const { return stream_; }
-
- private:
-  cudaStream_t stream_ = nullptr;
-};
+using calibration::ceil_div;
 
 // Throws InputError unless `bytes` (and the headroom) fit in the free memory
 // of the current device now.
@@ -167,7 +156,7 @@ DeviceProfile calibrate_cuda(const CalibrationOptions& options, std::function<vo
     if (!raw_file) throw InputError(fmt::format("{}: cannot open for writing", options.raw_benchmarks_path));
   }
 
-  Stream stream_owner;
+  cuda::CudaStream stream_owner;
   const cudaStream_t stream = stream_owner.get();
   Timer timer(stream, l2, timing);
 

@@ -32,8 +32,6 @@ std::string shell_quote(const std::string& s) {
   return q + "'";
 }
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 }  // namespace
 
 // ---------------------------------------------------------- provenance ---

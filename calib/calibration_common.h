@@ -29,6 +29,9 @@ std::string cpu_model_name();    // /proc/cpuinfo's model name
 // os, hostname and cpu of this machine.
 nlohmann::json host_identity();
 
+// ceil(a / b) for a >= 0, b > 0: blocks of b that hold a tokens.
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
 // ---- tables
 
 double median(std::vector<double> v);

@@ -1,5 +1,6 @@
 #include "calib/cuda_rig.h"
 
+#include "calib/calibration_common.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
 
@@ -9,7 +10,7 @@ namespace {
 // The decode attention's split count is at most 64 (kernels/cuda/cuda_kernels.h).
 constexpr double kMaxDecodeSplits = 64;
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+using calibration::ceil_div;
 
 ModelSpec with_layers(ModelSpec m, int64_t layers) {
   m.num_hidden_layers = layers;

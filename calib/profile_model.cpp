@@ -290,6 +290,8 @@ double ProfileModel::anchor_factor(double memory_s, double compute_s) const {
 double ProfileModel::op_seconds(ProfileOp op, double x) const {
   if (!(x > 0)) return 0;
   const double t = table_seconds(op, x);
+  // One scale for both (1 unless re-anchored): no split to work out.
+  if (anchor_.memory == anchor_.compute) return anchor_.memory * t;
   if (streams_weights(op)) {
     // The part of the product that streams the weights once -- all of it
     // at M = 1 -- moves with the memory speed, the rest with the compute

@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_stream.h"
 #include "kernels/cuda/pinned_buffer.h"
 #include "kernels/decoder/decoder_model.h"
 #include "kernels/decoder/device_choice.h"
@@ -44,18 +45,6 @@ bool is_plain_decode(const BatchLayout& layout) {
     if (layout.sequences[i].num_query != 1 || layout.sample_rows[i] != layout.sequences[i].first_row) return false;
   return true;
 }
-
-class CudaStream {
- public:
-  CudaStream() { CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
-  ~CudaStream() { cudaStreamDestroy(stream_); }
-  CudaStream(const CudaStream&) = delete;
-  CudaStream& operator=(const CudaStream&) = delete;
-  cudaStream_t get() const { return stream_; }
-
- private:
-  cudaStream_t stream_ = nullptr;
-};
 
 // Selects the device before anything is allocated on it, and refuses a
 // model whose bf16 weights and KV cache would not fit its free memory
@@ -215,7 +204,7 @@ class CudaDecoder final : public DecoderModel {
   }
 
   int device_;
-  CudaStream stream_;
+  cuda::CudaStream stream_;
   cuda::Backend backend_;
   cuda::Weights weights_;
   cuda::KvCache kv_;
