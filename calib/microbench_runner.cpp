@@ -14,14 +14,16 @@
 namespace servesim {
 namespace {
 
-// Google Benchmark wants Initialize() once per process, before any run. No
-// flags are passed: every setting is made per benchmark.
+// Google Benchmark wants Initialize() once per process, before any run. One
+// flag is passed, random interleaving (see MicrobenchSession::run); every
+// other setting is made per benchmark.
 void initialize_benchmark_library() {
   static std::once_flag once;
   std::call_once(once, [] {
     static char name[] = "servesim-calibrate";
-    static char* argv[] = {name, nullptr};
-    int argc = 1;
+    static char interleave[] = "--benchmark_enable_random_interleaving=true";
+    static char* argv[] = {name, interleave, nullptr};
+    int argc = 2;
     benchmark::Initialize(&argc, argv);
   });
 }

@@ -41,8 +41,14 @@ class MicrobenchSession {
   // Registers one benchmark, timed on the wall clock; the body runs the
   // work once per `for (auto _ : state)` iteration. Names are unique.
   void add(const std::string& name, Body body);
-  // Runs what was added since the last call, in order of addition, and
-  // forgets the registrations; throws std::runtime_error if one failed.
+  // Runs what was added since the last call and forgets the registrations;
+  // throws std::runtime_error if one failed. The repetitions of all of them
+  // run in a random order (Google Benchmark's random interleaving), so each
+  // benchmark's median comes from moments spread over the whole call: on a
+  // machine that changes speed partway through (the 2-core VM flips between
+  // two memory speeds every few tens of seconds at times), every point of a
+  // family sees the same mixture of states instead of the points measured
+  // before the change seeing one and the rest the other.
   std::vector<MicrobenchResult> run();
   // Closes the JSON document (also done by the destructor).
   void finish();

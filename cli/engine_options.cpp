@@ -44,6 +44,9 @@ void add_engine_options(po::options_description& general) {
        "random weights when absent")
       ("weights-seed", po::value<std::string>()->default_value("0"), "seed of the random weights")
       ("threads", po::value<int>()->default_value(0), "CPU threads (0: every core; cpu only)")
+      ("warm-up-tokens", po::value<int32_t>()->default_value(256),
+       "before the clock starts, warm each decoder up with a prefill of this many tokens (capped by "
+       "--max-num-batched-tokens) and 4 decode steps, as serving engines do at start-up; 0: none")
       ("kv-cache-memory", po::value<std::string>()->default_value("1GiB"),
        "memory for the KV cache (fp32 on cpu, bf16 on cuda), which sets --num-gpu-blocks unless that is given")
       ("temperature", po::value<double>()->default_value(0.0, "0"), "0 = greedy")
@@ -111,6 +114,10 @@ EngineSetup engine_setup_from(const po::variables_map& vm) {
   setup.weights_seed = parse_seed(vm["weights-seed"].as<std::string>(), "--weights-seed");
   setup.threads = vm["threads"].as<int>();
   if (setup.threads < 0) throw InputError(fmt::format("--threads must be >= 0 (got {})", setup.threads));
+  setup.warm_up.prefill_tokens = vm["warm-up-tokens"].as<int32_t>();
+  if (setup.warm_up.prefill_tokens < 0)
+    throw InputError(fmt::format("--warm-up-tokens must be >= 0 (got {})", setup.warm_up.prefill_tokens));
+  if (setup.warm_up.prefill_tokens == 0) setup.warm_up.decode_steps = 0;
   setup.kv_cache_bytes = parse_bytes(vm["kv-cache-memory"].as<std::string>(), "--kv-cache-memory");
   setup.decoding.sampling.temperature = vm["temperature"].as<double>();
   setup.decoding.sampling.top_p = vm["top-p"].as<double>();

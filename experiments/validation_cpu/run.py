@@ -67,8 +67,8 @@ def main():
                          "apply also re-anchors the predictions on it")
     ap.add_argument("--profile", help="use this profile instead of calibrating one")
     ap.add_argument("--max-drift", type=float, default=0.0,
-                    help="rerun a point whose anchor probes (a whole-model decode step just before and just after "
-                         "the real run) differ from the calibration's (with --anchor apply: from each other) by "
+                    help="rerun a point whose anchor probes (a whole-model decode step and an n^3 GEMM, just "
+                         "before and just after the real run) differ from the calibration's (with --anchor apply: from each other) by "
                          "more than this fraction, up to --attempts "
                          "times, keeping the attempt that drifted least; every attempt is listed in attempts.csv "
                          "(default 0: off). This VM changes its memory speed by up to 50%% from minute to minute; "

@@ -1,5 +1,6 @@
 #include "kernels/decoder/engine.h"
 
+#include <algorithm>
 #include <cmath>
 #include <unistd.h>
 
@@ -137,6 +138,9 @@ EngineOutput serve(const EngineSetup& setup, const Workload& workload,
   out.device = model->device();
   out.weight_bytes = model->weight_bytes();
   out.kv_cache_bytes = model->kv_cache_bytes();
+  WarmUpSettings warm_up_settings = setup.warm_up;
+  warm_up_settings.prefill_tokens = std::min(warm_up_settings.prefill_tokens, out.scheduler.max_num_batched_tokens);
+  out.warm_up = warm_up(*model, warm_up_settings);
 
   std::unique_ptr<Executor> inner;
   std::string draft_note;
@@ -147,6 +151,7 @@ EngineOutput serve(const EngineSetup& setup, const Workload& workload,
     // Same blocks as the target: the draft's cache is addressed by its block ids.
     auto draft = make_decoder(std::move(*draft_source), device, out.scheduler.num_gpu_blocks,
                               out.scheduler.block_size, setup.threads);
+    out.draft_warm_up = warm_up(*draft, warm_up_settings);
     out.draft_weight_bytes = draft->weight_bytes();
     out.draft_kv_cache_bytes = draft->kv_cache_bytes();
     out.kv_cache_bytes += out.draft_kv_cache_bytes;
@@ -164,9 +169,14 @@ EngineOutput serve(const EngineSetup& setup, const Workload& workload,
   std::unique_ptr<Executor> wrapper = wrap ? wrap(*inner) : nullptr;
   Executor& executor = wrapper ? *wrapper : *inner;
   if (on_ready)
-    on_ready(fmt::format("{} on {}: {:.0f} MB of weights ({}){}, {:.0f} MB of KV cache ({} blocks)", setup.model.name,
+    on_ready(fmt::format("{} on {}: {:.0f} MB of weights ({}){}, {:.0f} MB of KV cache ({} blocks); {}", setup.model.name,
                          out.device, out.weight_bytes / 1e6, out.weights_source, draft_note,
-                         out.kv_cache_bytes / 1e6, out.scheduler.num_gpu_blocks));
+                         out.kv_cache_bytes / 1e6, out.scheduler.num_gpu_blocks,
+                         out.warm_up.prefill_tokens > 0
+                             ? fmt::format("warmed up: a {}-token prefill and {} decode steps, {:.2f} s",
+                                           out.warm_up.prefill_tokens, out.warm_up.decode_steps,
+                                           out.warm_up.seconds + out.draft_warm_up.seconds)
+                             : std::string("no warm-up")));
 
   Scheduler scheduler(out.scheduler);
   WallClock clock;
@@ -198,6 +208,8 @@ nlohmann::json engine_setup_to_json(const EngineSetup& setup, const EngineOutput
                                                  setup.decoding.sampling.temperature, out.draft_weights_source,
                                                  out.draft_weight_bytes);
   j["clock"] = "wall";
+  j["warm_up"] = out.warm_up.to_json();
+  if (setup.scheduler.num_speculative_tokens > 0) j["draft_warm_up"] = out.draft_warm_up.to_json();
   j["seed"] = setup.workload.seed;
   return j;
 }

@@ -13,6 +13,7 @@
 #include "kernels/decoder/decoder_executor.h"
 #include "kernels/decoder/device_choice.h"
 #include "kernels/decoder/speculative_setup.h"
+#include "kernels/decoder/warm_up.h"
 #include "sim/metrics.h"
 #include "sim/runner.h"
 #include "sim/simulation.h"
@@ -33,6 +34,9 @@ struct EngineSetup {
   // rule. The KV cache memory then holds the target's and the draft's caches.
   SpeculativeSetup speculative;
   double kv_cache_bytes = 1.0 * (1 << 30);
+  // Passes on each decoder before the clock starts (kernels/decoder/warm_up.h);
+  // the prefill is capped by the scheduler's token budget.
+  WarmUpSettings warm_up;
   WorkloadSpec workload;
   SloTargets slo;
 };
@@ -42,6 +46,7 @@ struct EngineOutput {
   std::string device;         // as the decoder describes itself
   std::string weights_source;
   double weight_bytes = 0, kv_cache_bytes = 0;  // KV: the target's and the draft's caches together
+  WarmUpReport warm_up, draft_warm_up;          // before the clock started
   RunRecords records;
   RunSummary summary;
   // A speculative run: the draft as built and what speculation did.
@@ -75,8 +80,8 @@ using ExecutorWrapper = std::function<std::unique_ptr<Executor>(Executor& decode
 
 // Builds the decoder (and the draft when scheduler.num_speculative_tokens >
 // 0), serves the workload in real time and summarises it.
-// `on_ready` is called once the weights are loaded (progress), before the
-// clock starts. With `wrap`, the runner drives the wrapper instead.
+// `on_ready` is called once the weights are loaded and the decoders warmed
+// up (progress), before the clock starts. With `wrap`, the runner drives the wrapper instead.
 EngineOutput serve(const EngineSetup& setup, const Workload& workload,
                    std::function<void(const RunProgress&)> progress = {},
                    std::function<void(const std::string&)> on_ready = {},

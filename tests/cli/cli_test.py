@@ -456,7 +456,7 @@ def error_unknown_command(ctx):
 def run_help(ctx):
     p = ctx.ok("run", "--help")
     for flag in ["--device", "--weights", "--temperature", "--honor-eos", "--kv-cache-memory",
-                 "--max-num-seqs", "--arrival"]:
+                 "--max-num-seqs", "--arrival", "--warm-up-tokens"]:
         check(flag in p.stdout, f"run --help lacks {flag}")
 
 
@@ -481,6 +481,10 @@ def run_outputs(ctx):
               "lengths outside the asked distributions")
     its = read_csv(os.path.join(out, "iterations.csv"))
     check(all(float(i["duration_s"]) > 0 for i in its), "an iteration took no measured time")
+    # Warmed up before the clock: a 256-token prefill (the default) and 4 decode steps.
+    warm = s["config"]["warm_up"]
+    check(warm["prefill_tokens"] == 256 and warm["decode_steps"] == 4 and warm["seconds"] > 0,
+          f"config.warm_up {warm}")
 
 
 @case
@@ -503,6 +507,7 @@ def run_errors(ctx):
     expect_input_error(ctx, ["run", "--weights", ctx.path("no-such-dir")], ["no-such-dir"])
     expect_input_error(ctx, ["run", "--kv-cache-memory", "lots"], ["--kv-cache-memory"])
     expect_input_error(ctx, ["run", "--weights-seed", "-3"], ["--weights-seed"])
+    expect_input_error(ctx, ["run", "--warm-up-tokens", "-1"], ["--warm-up-tokens", "-1"])
     # A 70B model in fp32 (282 GB) does not fit this machine: refused, not attempted.
     expect_input_error(ctx, ["run", "--model", "llama-3.1-70b"], ["llama-3.1-70b"])
 

@@ -1,0 +1,106 @@
+"""Unit tests of experiments/drift_gate.py: the drift of a validate folder
+from its anchor probes, and the rerun-and-keep-the-least-drift rule."""
+import json
+import os
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "experiments"))
+import drift_gate  # noqa: E402
+
+
+def probe(decode_s, gemm_flops_per_s):
+    return {"decode_iteration_s": decode_s, "gemm_flops_per_s": gemm_flops_per_s, "context": 16,
+            "gemm_n": 1024, "layers": 12}
+
+
+def write_point(folder, calibration, before, after, measured=True):
+    """A validate output folder with report_replay.json's anchor section and
+    one other file (that pruning must delete)."""
+    os.makedirs(os.path.join(folder, "measured"), exist_ok=True)
+    anchor = {"measured": measured,
+              "profiles": {"profile": {"calibration": probe(*calibration), "before": probe(*before),
+                                       "after": probe(*after)}}}
+    with open(os.path.join(folder, "report_replay.json"), "w") as f:
+        json.dump({"anchor": anchor}, f)
+    with open(os.path.join(folder, "measured", "iterations.csv"), "w") as f:
+        f.write("index\n0\n")
+
+
+class DriftOf(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.point = os.path.join(self.tmp.name, "p")
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def test_decode_drift_from_calibration(self):
+        write_point(self.point, (0.010, 1e11), (0.0104, 1e11), (0.0095, 1e11))
+        self.assertAlmostEqual(drift_gate.drift_of(self.point, "report"), 0.05)
+
+    def test_gemm_drift_counts_as_time_per_flop(self):
+        # decode steady, GEMM 20% fewer FLOP/s after the run: 1/0.8 - 1 = 25% slower
+        write_point(self.point, (0.010, 1e11), (0.010, 1e11), (0.010, 0.8e11))
+        self.assertAlmostEqual(drift_gate.drift_of(self.point, "report"), 0.25)
+
+    def test_apply_compares_after_with_before(self):
+        # far from calibration, but steady during the run
+        write_point(self.point, (0.010, 1e11), (0.013, 0.9e11), (0.01313, 0.9e11))
+        self.assertAlmostEqual(drift_gate.drift_of(self.point, "apply"), 0.01)
+        self.assertAlmostEqual(drift_gate.drift_of(self.point, "report"), 0.313)
+
+    def test_no_probes_is_no_drift(self):
+        write_point(self.point, (0.010, 1e11), (0.02, 1e11), (0.02, 1e11), measured=False)
+        self.assertEqual(drift_gate.drift_of(self.point, "report"), 0.0)
+        self.assertIsNone(drift_gate.probes_of(self.point)["before_decode_s"])
+
+
+class ValidateGated(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.point = os.path.join(self.tmp.name, "light")
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def runner(self, afters):
+        """run(out) writing attempt i with an `after` decode probe afters[i]."""
+        calls = []
+
+        def run(out):
+            write_point(out, (0.010, 1e11), (0.010, 1e11), (afters[len(calls)], 1e11))
+            calls.append(out)
+        return run, calls
+
+    def test_keeps_the_least_drift_and_prunes_the_rest(self):
+        run, calls = self.runner([0.012, 0.0105, 0.013])
+        log = []
+        attempt, drift = drift_gate.validate_gated(run, self.point, "report", 0.02, 3, log)
+        self.assertEqual(len(calls), 3)
+        self.assertEqual(attempt, 2)
+        self.assertAlmostEqual(drift, 0.05)
+        self.assertEqual([row["attempt"] for row in log], [1, 2, 3])
+        self.assertAlmostEqual(log[0]["after_decode_s"], 0.012)
+        # the kept attempt's whole folder; every attempt keeps its reports only
+        self.assertTrue(os.path.exists(os.path.join(self.point, "measured", "iterations.csv")))
+        for i in (1, 2, 3):
+            self.assertEqual(os.listdir(f"{self.point}.attempt{i}"), ["report_replay.json"])
+
+    def test_stops_at_the_first_attempt_within_the_gate(self):
+        run, calls = self.runner([0.012, 0.0101, 0.010])
+        attempt, drift = drift_gate.validate_gated(run, self.point, "report", 0.02, 3, [])
+        self.assertEqual((len(calls), attempt), (2, 2))
+        self.assertAlmostEqual(drift, 0.01)
+
+    def test_without_a_gate_runs_once_into_the_point(self):
+        run, calls = self.runner([0.02])
+        attempt, drift = drift_gate.validate_gated(run, self.point, "report", 0.0, 3, [])
+        self.assertEqual(calls, [self.point])
+        self.assertEqual(attempt, 1)
+        self.assertAlmostEqual(drift, 1.0)
+
+
+if __name__ == "__main__":
+    unittest.main()
