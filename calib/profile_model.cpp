@@ -387,36 +387,7 @@ ProfileBreakdown ProfileModel::breakdown(const IterationPlan& plan) const {
   out.decode_attention = L * decode_attention_seconds(decode_rows, decode_pairs);
   if (S > 0) out.lm_head = op_seconds(ProfileOp::LmHead, S) + op_seconds(ProfileOp::Sampling, S);
   out.overhead = anchor_.memory * profile_.iteration_overhead_s;
-  if (!iteration_scale_.empty()) {
-    const double s = iteration_scale(T);
-    for (double* part : {&out.gemm, &out.elementwise, &out.prefill_attention, &out.decode_attention, &out.lm_head,
-                         &out.overhead})
-      *part *= s;
-  }
   return out;
-}
-
-void ProfileModel::set_iteration_scale(std::vector<std::pair<double, double>> points) {
-  std::sort(points.begin(), points.end());
-  for (size_t i = 0; i < points.size(); ++i) {
-    const auto [T, s] = points[i];
-    if (!(T >= 1) || !std::isfinite(T) || !(s > 0) || !std::isfinite(s) || (i > 0 && points[i - 1].first == T))
-      throw std::invalid_argument(
-          "ProfileModel::set_iteration_scale: token counts must be >= 1 and distinct, factors finite and > 0");
-  }
-  iteration_scale_ = std::move(points);
-}
-
-double ProfileModel::iteration_scale(double tokens) const {
-  const auto& p = iteration_scale_;
-  if (p.empty()) return 1.0;
-  if (tokens <= p.front().first) return p.front().second;
-  if (tokens >= p.back().first) return p.back().second;
-  const auto hi = std::upper_bound(p.begin(), p.end(), tokens,
-                                   [](double t, const std::pair<double, double>& q) { return t < q.first; });
-  const auto lo = hi - 1;
-  const double w = std::log(tokens / lo->first) / std::log(hi->first / lo->first);
-  return lo->second + w * (hi->second - lo->second);
 }
 
 void ProfileModel::execute(const IterationPlan& plan, IterationResult& result) {
@@ -439,7 +410,6 @@ nlohmann::json ProfileModel::describe() const {
           {"dtype", profile_.dtype},
           {"block_size", profile_.block_size},
           {"anchor_scales", {{"memory", anchor_.memory}, {"compute", anchor_.compute}}},
-          {"iteration_scale", iteration_scale_},
           {"gemm_in_situ", {{"x", profile_.gemm_in_situ.x}, {"factor", profile_.gemm_in_situ.factor}}},
           {"iteration_overhead_s", profile_.iteration_overhead_s},
           {"ceilings",

@@ -79,12 +79,6 @@
 //   Elementwise work, sampling, decode attention and the iteration overhead
 //   (measured on a decode) are memory-bound: multiplied by s_m.
 // Scales of 1 (the default) leave the tables as measured.
-//
-// Re-levelling (set_iteration_scale, calib/iteration_probe.h): measured
-// against predicted whole-model iterations of a few sizes T_i give factors
-// s_i; every component of an iteration of T tokens is multiplied by s(T),
-// linear in log T between the points and the nearest point's outside.
-// Applied after the anchor scales; none (s = 1) by default.
 #pragma once
 
 #include <array>
@@ -171,12 +165,6 @@ class ProfileModel final : public Executor {
   // Re-anchors every cost (see the top of this file); scales must be > 0.
   void set_anchor_scales(const AnchorScales& scales);
   const AnchorScales& anchor_scales() const { return anchor_; }
-  // Re-levels every iteration (see the top of this file): points {T_i, s_i}
-  // with T_i >= 1 and s_i > 0, any order, distinct T_i; empty: none.
-  // Throws std::invalid_argument otherwise.
-  void set_iteration_scale(std::vector<std::pair<double, double>> tokens_and_factors);
-  // s(T); 1 without points.
-  double iteration_scale(double tokens) const;
 
   // One layer's attention for one prefill sequence (q >= 1, c >= 0).
   double prefill_attention_seconds(double query_tokens, double cached_tokens) const;
@@ -209,7 +197,6 @@ class ProfileModel final : public Executor {
   std::vector<std::vector<double>> prefill_log_ratio_, decode_log_ratio_;
   double prefill_floor_s_ = 0, decode_floor_s_ = 0;
   AnchorScales anchor_;
-  std::vector<std::pair<double, double>> iteration_scale_;  // {T_i, s_i}, ascending T_i
 };
 
 }  // namespace servesim

@@ -9,7 +9,6 @@
 
 #include <fmt/format.h>
 
-#include "calib/iteration_probe.h"
 #include "calib/profile_model.h"
 #include "kernels/decoder/device_choice.h"
 #include "sim/clock.h"
@@ -298,8 +297,6 @@ class Anchoring {
     std::vector<ProfileModel*> models;
     AnchorSettings settings;
     AnchorProbe before, after;
-    IterationProbeSettings iteration_settings;    // mode Rescale
-    std::vector<double> iterations_before, iterations_after;
   };
 
   Anchoring(ValidationOptions::Anchor mode, const EngineSetup& setup, std::function<void(const std::string&)> note)
@@ -316,16 +313,10 @@ class Anchoring {
     if (profile.device_kind != device.kind())
       return skip(fmt::format("{} was measured on '{}', the run uses '{}'", name, profile.device_kind, device.kind()));
     const int threads = setup_.threads > 0 ? setup_.threads : profile.threads;
-    IterationProbeSettings iteration_settings;
-    iteration_settings.model = profile.model;
-    iteration_settings.threads = threads;
-    iteration_settings.block_size = profile.block_size;
-    iteration_settings.weights_seed = setup_.weights_seed;
-    iteration_settings.sampling = setup_.decoding.sampling;
     entries_.push_back({name, &profile, std::move(models),
                         anchor_settings_of(*profile.anchor, profile.model, threads, profile.block_size,
                                            setup_.weights_seed, setup_.decoding.sampling),
-                        {}, {}, iteration_settings, {}, {}});
+                        {}, {}});
   }
   void before_run() { measure(true); }
   void after_run() { measure(false); }
@@ -335,9 +326,8 @@ class Anchoring {
     if (!reason_.empty() || entries_.empty())
       return {{"measured", false}, {"applied", false}, {"reason", reason_.empty() ? "no profile" : reason_}};
     const bool apply = mode_ == ValidationOptions::Anchor::Apply;
-    const bool rescale = mode_ == ValidationOptions::Anchor::Rescale;
     nlohmann::json j = {{"measured", true},
-                        {"applied", apply || rescale},
+                        {"applied", apply},
                         {"rule", "run probe = geometric mean of the probes before and after the real run; memory "
                                  "scale = its decode time / calibration's; compute scale = calibration's GEMM "
                                  "FLOP/s / its"}};
@@ -359,13 +349,8 @@ class Anchoring {
                           e.name, e.profile->anchor->decode_iteration_s * 1e3, e.before.decode_iteration_s * 1e3,
                           e.after.decode_iteration_s * 1e3, scales.memory, e.profile->anchor->gemm_flops_per_s / 1e9,
                           run.gemm_flops_per_s / 1e9, scales.compute,
-                          apply ? "; predictions re-anchored" : rescale ? "" : " (reported, not applied)"));
-      if (rescale) j["profiles"][e.name]["rescale"] = rescale_entry(e);
+                          apply ? "; predictions re-anchored" : " (reported, not applied)"));
     }
-    if (rescale)
-      j["rescale_rule"] = "s(T) = measured / predicted whole-model iterations of T tokens (measured: geometric "
-                          "mean of just before and just after the real run), linear in log T between the "
-                          "probes; every iteration of T tokens is multiplied by s(T)";
     return j;
   }
 
@@ -375,38 +360,7 @@ class Anchoring {
   }
   void measure(bool before) {
     if (!reason_.empty()) return;
-    for (Entry& e : entries_) {
-      (before ? e.before : e.after) = measure_anchor(e.settings);
-      if (mode_ == ValidationOptions::Anchor::Rescale)
-        (before ? e.iterations_before : e.iterations_after) = IterationProber(e.iteration_settings).measure();
-    }
-  }
-
-  // Re-levels the entry's models on its iteration probes; returns the report's rows.
-  nlohmann::json rescale_entry(Entry& e) {
-    const IterationProbePlans probes = iteration_probe_plans(e.iteration_settings.block_size);
-    std::vector<std::pair<double, double>> points;
-    nlohmann::json rows = nlohmann::json::array();
-    std::string factors;
-    for (size_t i = 0; i < probes.plans.size(); ++i) {
-      IterationResult predicted;
-      e.models.front()->execute(probes.plans[i], predicted);  // before any re-levelling
-      const double measured = std::sqrt(e.iterations_before[i] * e.iterations_after[i]);
-      const double factor = measured / predicted.duration_s;
-      points.emplace_back(double(probes.plans[i].num_tokens()), factor);
-      rows.push_back({{"plan", probes.names[i]},
-                      {"tokens", probes.plans[i].num_tokens()},
-                      {"before_s", e.iterations_before[i]},
-                      {"after_s", e.iterations_after[i]},
-                      {"predicted_s", predicted.duration_s},
-                      {"factor", factor}});
-      factors += fmt::format("{}{} x{:.3f}", i ? ", " : "", probes.names[i], factor);
-    }
-    // A self-draft's model (the target's first layers) takes the target's factors.
-    for (ProfileModel* m : e.models) m->set_iteration_scale(points);
-    if (note_) note_(fmt::format("rescale {}: measured / predicted iterations {}; predictions re-levelled", e.name,
-                                 factors));
-    return rows;
+    for (Entry& e : entries_) (before ? e.before : e.after) = measure_anchor(e.settings);
   }
 
   ValidationOptions::Anchor mode_;
@@ -761,9 +715,7 @@ std::string format_validation_table(const ValidationResult& v, ValidationMode mo
       t += fmt::format("  device state ({}): memory-bound work ran x{:.3f}, compute-bound x{:.3f} the time it took "
                        "at calibration (anchor probes){}\n",
                        name, a["scales"]["memory"].get<double>(), a["scales"]["compute"].get<double>(),
-                       a.contains("rescale")               ? "; predictions re-levelled on iteration probes (rescale)"
-                       : v.anchor["applied"].get<bool>() ? "; predictions re-anchored by these"
-                                                         : "");
+                       v.anchor["applied"].get<bool>() ? "; predictions re-anchored by these" : "");
   } else if (v.anchor.contains("reason")) {
     t += fmt::format("  device state: not probed ({})\n", v.anchor["reason"].get<std::string>());
   }

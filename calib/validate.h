@@ -166,13 +166,11 @@ struct ValidationOptions {
   // The profiles' anchor probes (calib/anchor.h), measured again just
   // before and just after the real run: Off skips them; Report reports how
   // much slower or faster the device ran than at calibration (default);
-  // Apply also re-anchors the predictions by those scales; Rescale instead
-  // re-levels them on whole-model iterations of a few sizes measured just
-  // before and after the run as well (calib/iteration_probe.h). Needs
-  // profiles with an anchor, measured on the run's device kind; a run on
-  // cuda is not probed (the probes are CPU code, and a GPU keeps its
-  // speed): the report says "not probed (cuda)".
-  enum class Anchor { Off, Report, Apply, Rescale } anchor = Anchor::Report;
+  // Apply also re-anchors the predictions by those scales. Needs profiles
+  // with an anchor, measured on the run's device kind; a run on cuda is not
+  // probed (the probes are CPU code, and a GPU keeps its speed): the report
+  // says "not probed (cuda)".
+  enum class Anchor { Off, Report, Apply } anchor = Anchor::Report;
   // The separate draft's profile of a speculative run (see run_validation).
   const DeviceProfile* draft_profile = nullptr;
 };

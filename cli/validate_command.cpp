@@ -35,14 +35,11 @@ int validate_command(int argc, const char* const* argv) {
        "with --draft-model: the draft's device profile (default: a quick calibration of the draft, "
        "saved as OUT/draft_profile.json); a --self-draft-layers draft is costed by --profile's tables")
       ("anchor", po::value<std::string>()->default_value("report"),
-       "report | apply | rescale | off: the profile's anchor probes (a whole-model decode step and a GEMM) are "
+       "report | apply | off: the profile's anchor probes (a whole-model decode step and a GEMM) are "
        "measured again before and after the real run; report says how much slower or faster the device "
        "ran than at calibration (report.json's anchor), apply also scales the predictions' memory- and "
        "compute-bound costs by it (experimental: on this VM it helped some runs and over-corrected "
-       "others), rescale instead re-levels every prediction on whole-model iterations (decode steps of "
-       "1-16 sequences, prefills of 32 and 128 tokens) measured just before and after the run, "
-       "measured / predicted, linear in log tokens; off skips the probes; cpu only (a run on cuda is not "
-       "probed)")
+       "others), off skips the probes; cpu only (a run on cuda is not probed)")
       ("mode", po::value<std::string>()->default_value("predict"),
        "which prediction report.json describes: replay (the real run's iterations costed by the "
        "profile: the cost model's error alone) | predict (an independent simulation of the "
@@ -68,8 +65,8 @@ int validate_command(int argc, const char* const* argv) {
   const EngineSetup setup = engine_setup_from(vm);
   const ValidationMode mode = parse_validation_mode(vm["mode"].as<std::string>());
   const std::string anchor = vm["anchor"].as<std::string>();
-  if (anchor != "report" && anchor != "apply" && anchor != "rescale" && anchor != "off")
-    throw InputError(fmt::format("--anchor: '{}' is not one of report, apply, rescale, off", anchor));
+  if (anchor != "report" && anchor != "apply" && anchor != "off")
+    throw InputError(fmt::format("--anchor: '{}' is not one of report, apply, off", anchor));
   if (!vm.count("out")) throw InputError("--out is required: the folder for report.json and the CSVs");
   // A GPU that is not there: exit 2, saying why, before any calibration or folder.
   require_device(parse_device(setup.device));
@@ -134,10 +131,9 @@ int validate_command(int argc, const char* const* argv) {
   callbacks.note = note;
   ValidationOptions options;
   options.draft_profile = draft_profile ? &*draft_profile : nullptr;
-  options.anchor = anchor == "off"       ? ValidationOptions::Anchor::Off
-                   : anchor == "apply"   ? ValidationOptions::Anchor::Apply
-                   : anchor == "rescale" ? ValidationOptions::Anchor::Rescale
-                                         : ValidationOptions::Anchor::Report;
+  options.anchor = anchor == "off"     ? ValidationOptions::Anchor::Off
+                   : anchor == "apply" ? ValidationOptions::Anchor::Apply
+                                       : ValidationOptions::Anchor::Report;
   ValidationResult result = run_validation(setup, workload, profile, profile_source, callbacks, options);
   if (!quiet && stderr_is_terminal()) std::fprintf(stderr, "\n");
   result.profile_saved_as = saved_as;

@@ -10,8 +10,8 @@ decode probe (a whole-model decode step: memory speed) and the GEMM probe
 reference, and the drift is the larger |r - 1| over both probes:
 
 - drift from the calibration: r = before / calibration and after / calibration;
-- with `--anchor apply` or `rescale` (the predictions re-anchored on the
-  probes), drift during the run: r = after / before.
+- with `--anchor apply` (the predictions re-anchored on the probes), drift
+  during the run: r = after / before.
 
 The decode probe covers decode steps; prefills and mixed steps are mostly
 GEMM time, which moves with compute speed, and that can drift while memory
@@ -52,7 +52,7 @@ def drift_of(point, anchor):
         return 0.0
     drift = 0.0
     for probe in ("decode_s", "gemm_s_per_tflop"):
-        if anchor in ("apply", "rescale"):
+        if anchor == "apply":
             ratios = [p["after_" + probe] / p["before_" + probe]]
         else:
             ratios = [p[k + "_" + probe] / p["calibration_" + probe] for k in ("before", "after")]

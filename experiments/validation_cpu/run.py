@@ -62,7 +62,7 @@ def main():
     ap.add_argument("--servesim", default=os.path.join(ROOT, "build/release/cli/servesim"))
     ap.add_argument("--out", default=os.path.join(ROOT, "experiments/results/cpu"))
     ap.add_argument("--quick", action="store_true", help="quick calibration and fewer requests (a smoke test)")
-    ap.add_argument("--anchor", choices=["report", "apply", "rescale", "off"], default="report",
+    ap.add_argument("--anchor", choices=["report", "apply", "off"], default="report",
                     help="validate's --anchor: report (default) reports the device's drift since calibration, "
                          "apply also re-anchors the predictions on it")
     ap.add_argument("--profile", help="use this profile instead of calibrating one")

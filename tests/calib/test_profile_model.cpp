@@ -533,38 +533,3 @@ TEST_CASE("profile model: the in-situ factor scales GEMMs and elementwise work, 
   bad["tables"]["gemm_in_situ"]["factor"] = {1.0};
   CHECK_THROWS_AS(DeviceProfile::from_json(bad, "test"), InputError);
 }
-
-TEST_CASE("profile model: re-levelling multiplies every part by s(T), linear in log T") {
-  const ModelSpec m = tiny_model();
-  ProfileModel plain(synthetic_profile(m), m);
-  ProfileModel relevelled(synthetic_profile(m), m);
-  CHECK(relevelled.iteration_scale(7) == 1.0);  // none by default
-  // Given out of order: sorted.
-  relevelled.set_iteration_scale({{128, 0.9}, {1, 1.2}, {16, 1.0}});
-  CHECK(relevelled.iteration_scale(1) == Approx(1.2));
-  CHECK(relevelled.iteration_scale(4) == Approx(1.1));          // halfway in log T between 1 and 16
-  CHECK(relevelled.iteration_scale(std::sqrt(16.0 * 128)) == Approx(0.95));
-  CHECK(relevelled.iteration_scale(4096) == Approx(0.9));       // the last point's beyond it
-  CHECK(relevelled.iteration_scale(0.5) == Approx(1.2));
-
-  // A decode step of 4 sequences (T = 4): every component x1.1.
-  IterationPlan plan;
-  for (int i = 0; i < 4; ++i) plan.add(seq(i, 1, 100 + i, false, true));
-  const ProfileBreakdown a = plain.breakdown(plan), b = relevelled.breakdown(plan);
-  CHECK(b.gemm == Approx(1.1 * a.gemm));
-  CHECK(b.elementwise == Approx(1.1 * a.elementwise));
-  CHECK(b.decode_attention == Approx(1.1 * a.decode_attention));
-  CHECK(b.lm_head == Approx(1.1 * a.lm_head));
-  CHECK(b.overhead == Approx(1.1 * a.overhead));
-  IterationResult r;
-  relevelled.execute(plan, r);
-  CHECK(r.duration_s == Approx(1.1 * a.total()));
-  CHECK(relevelled.describe()["iteration_scale"].size() == 3);
-
-  // Empty: back to none. Bad points are refused.
-  relevelled.set_iteration_scale({});
-  CHECK(relevelled.breakdown(plan).total() == a.total());
-  CHECK_THROWS_AS(relevelled.set_iteration_scale({{0.5, 1.0}}), std::invalid_argument);
-  CHECK_THROWS_AS(relevelled.set_iteration_scale({{4, 0.0}}), std::invalid_argument);
-  CHECK_THROWS_AS(relevelled.set_iteration_scale({{4, 1.0}, {4, 1.1}}), std::invalid_argument);
-}

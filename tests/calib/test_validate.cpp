@@ -441,26 +441,6 @@ TEST_CASE("validate: a tiny model end to end with a quick calibration") {
   CHECK(table.find("replay mode") != std::string::npos);
   fs::remove_all(dir);
 
-  // Rescale: the iteration probes re-level the predictions, s = measured / predicted.
-  ValidationOptions rescale;
-  rescale.anchor = ValidationOptions::Anchor::Rescale;
-  const ValidationResult r = run_validation(setup, workload, profile, "quick calibration", {}, rescale);
-  REQUIRE(r.anchor["applied"].get<bool>());
-  const nlohmann::json& rows = r.anchor["profiles"]["profile"]["rescale"];
-  REQUIRE(rows.size() == 7);
-  const nlohmann::json& points = r.cost_model["iteration_scale"];
-  REQUIRE(points.size() == 7);
-  const int tokens[] = {1, 2, 4, 8, 16, 32, 128};
-  for (size_t i = 0; i < 7; ++i) {
-    INFO(rows[i]["plan"]);
-    CHECK(rows[i]["tokens"] == tokens[i]);
-    const double measured = std::sqrt(rows[i]["before_s"].get<double>() * rows[i]["after_s"].get<double>());
-    CHECK(rows[i]["factor"].get<double>() == Approx(measured / rows[i]["predicted_s"].get<double>()));
-    CHECK(points[i][0].get<double>() == tokens[i]);
-    CHECK(points[i][1].get<double>() == rows[i]["factor"].get<double>());
-  }
-  CHECK(format_validation_table(r, ValidationMode::Replay, "t").find("re-levelled") != std::string::npos);
-
   // A profile of another model shape is refused before anything is served.
   EngineSetup other = setup;
   other.model.intermediate_size = 96;

@@ -49,7 +49,6 @@ class DriftOf(unittest.TestCase):
         # far from calibration, but steady during the run
         write_point(self.point, (0.010, 1e11), (0.013, 0.9e11), (0.01313, 0.9e11))
         self.assertAlmostEqual(drift_gate.drift_of(self.point, "apply"), 0.01)
-        self.assertAlmostEqual(drift_gate.drift_of(self.point, "rescale"), 0.01)
         self.assertAlmostEqual(drift_gate.drift_of(self.point, "report"), 0.313)
 
     def test_no_probes_is_no_drift(self):
