@@ -169,8 +169,14 @@ KvCache Backend::make_kv_cache(int64_t num_blocks, int32_t block_size) const {
   kv.head_dim = spec_.head_dim;
   kv.layers = spec_.num_hidden_layers;
   const size_t n = size_t(kv.layers * num_blocks * kv.kv_heads * block_size * kv.head_dim);
-  kv.k.assign(n, 0.0f);
-  kv.v.assign(n, 0.0f);
+  // Huge pages, advised before the first write (reserve allocates without
+  // touching): a decode reads each sequence's blocks wherever the block
+  // manager put them, one 4 KiB page per block and head with ordinary pages.
+  for (std::vector<float>* t : {&kv.k, &kv.v}) {
+    t->reserve(n);
+    advise_huge_pages(t->data(), n * sizeof(float));
+    t->assign(n, 0.0f);
+  }
   return kv;
 }
 
