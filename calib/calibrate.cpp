@@ -14,6 +14,8 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <numeric>
+#include <random>
 #include <span>
 #include <sstream>
 #include <stdexcept>
@@ -279,17 +281,22 @@ struct LayoutCopy {
 
 // `copies` layouts of `sequences` sequences, each with `cached` tokens in
 // the cache and `query` new ones, every sequence of every copy in its own
-// blocks (numbered from 0).
+// blocks: blocks 0 .. copies x sequences x blocks per sequence - 1, in a
+// shuffled order (a fixed seed), because a served sequence's blocks lie
+// wherever the block manager found free ones, not one after another.
 std::vector<LayoutCopy> make_layouts(int copies, int64_t sequences, int64_t cached, int64_t query,
                                      int32_t block_size) {
   const int64_t per_seq = ceil_div(cached + query, block_size);
+  std::vector<int32_t> blocks(static_cast<size_t>(int64_t(copies) * sequences * per_seq));
+  std::iota(blocks.begin(), blocks.end(), 0);
+  std::shuffle(blocks.begin(), blocks.end(), std::mt19937(12345));
   std::vector<LayoutCopy> out(static_cast<size_t>(copies));
-  int32_t next = 0;
+  size_t next = 0;
   const std::vector<int32_t> ids(static_cast<size_t>(query), 7);
   for (LayoutCopy& c : out) {
     c.tables.resize(static_cast<size_t>(sequences));
     for (auto& t : c.tables)
-      for (int64_t b = 0; b < per_seq; ++b) t.push_back(next++);
+      for (int64_t b = 0; b < per_seq; ++b) t.push_back(blocks[next++]);
     for (const auto& t : c.tables) c.layout.add_sequence(ids, int32_t(cached), t, true);
   }
   return out;
