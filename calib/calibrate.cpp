@@ -474,9 +474,9 @@ DeviceProfile calibrate(const CalibrationOptions& options, std::function<void(co
   const double activations = 4.0 * double(grids.tokens.back()) * double(2 * d + qkv_out + q_out + 3 * I) * 3;
   const double decoder_bytes =
       weight_layers * layer_weight_bytes + head_bytes * (model.tie_word_embeddings ? 1 : 2);
-  // The anchor probe's decoder lives through the whole calibration; the
-  // iteration measurement builds a second one.
-  const double peak = decoder_bytes + std::max(copies_bytes + kv_bytes + activations, decoder_bytes);
+  // The anchor probe's and the in-situ prefills' decoders live through the
+  // whole calibration; the iteration measurement builds a third one.
+  const double peak = 2 * decoder_bytes + std::max(copies_bytes + kv_bytes + activations, decoder_bytes);
   const double physical = physical_memory_bytes();
   // A model the CPU decoder cannot hold (`servesim run` refuses it) is not
   // worth calibrating for.
@@ -530,10 +530,36 @@ DeviceProfile calibrate(const CalibrationOptions& options, std::function<void(co
   AnchorProber prober(anchor_settings);
   std::vector<AnchorProbe> probes;
 
+  // The in-situ prefills (calib/profile_model.h), in full mode measured with
+  // every anchor probe and their median kept, as for the decode probe: one
+  // measurement at the end is one moment of a machine whose compute speed
+  // drifts by 5-10% over minutes (the 2-core VM), and it set the level of
+  // every prefill prediction.
+  const std::vector<int64_t> situ_lengths = calibration::in_situ_lengths(options, resolved_max_context(options));
+  std::unique_ptr<DecoderExecutor> situ;
+  std::vector<std::vector<double>> situ_times(situ_lengths.size());
+  if (!situ_lengths.empty()) {
+    CpuDecoderOptions decoder_options;
+    decoder_options.threads = threads;
+    DecoderExecutorOptions executor_options;
+    executor_options.sampling = options.sampling;
+    situ = std::make_unique<DecoderExecutor>(make_cpu_decoder(random_weights(model, options.weights_seed),
+                                                              ceil_div(situ_lengths.back(), bs), bs, decoder_options),
+                                             executor_options);
+  }
+  auto measure_situ = [&] {
+    if (quick) return;  // quick: once, at the end
+    for (size_t i = 0; i < situ_lengths.size(); ++i) {
+      const calibration::OneSequencePlan prefill(1, situ_lengths[i], 0, true, bs);
+      situ_times[i].push_back(calibration::median_execute_s(*situ, prefill.plan(), 1, 2));
+    }
+  };
+
   const int families = 12;
   int family = 0;
   auto announce = [&](const std::string& name, const std::string& what) {
     probes.push_back(prober.measure());
+    measure_situ();
     say(fmt::format("[{}/{}] {}: {}", ++family, families, name, what));
   };
 
@@ -779,6 +805,7 @@ DeviceProfile calibrate(const CalibrationOptions& options, std::function<void(co
                                  "every family and now: their median re-anchors this profile on a later run",
                                  model.num_hidden_layers, context, kAnchorGemmSize));
   probes.push_back(prober.measure());
+  measure_situ();
   p.anchor = median_probe(probes);
   // The fixed cost: the whole model's 1-token decode minus what the tables
   // predict for the same plan. Measured on the whole model
@@ -795,18 +822,19 @@ DeviceProfile calibrate(const CalibrationOptions& options, std::function<void(co
   // ---- in situ: whole-model prefills of T tokens against the tables
   // (calib/profile_model.h), so the GEMMs' cost inside a forward pass is
   // what a prediction uses.
-  {
-    const std::vector<int64_t> lengths = calibration::in_situ_lengths(options, resolved_max_context(options));
-    if (!lengths.empty()) {
-      CpuDecoderOptions decoder_options;
-      decoder_options.threads = threads;
-      DecoderExecutorOptions executor_options;
-      executor_options.sampling = sampling;
-      DecoderExecutor executor(make_cpu_decoder(random_weights(model, options.weights_seed),
-                                                ceil_div(lengths.back(), bs), bs, decoder_options),
-                               executor_options);
-      calibration::measure_in_situ(p, executor, lengths, bs, settings.repetitions, say);
-    }
+  if (situ && quick) {
+    calibration::measure_in_situ(p, *situ, situ_lengths, bs, settings.repetitions, say);
+  } else if (situ) {
+    std::vector<double> medians;
+    for (const std::vector<double>& times : situ_times) medians.push_back(calibration::median(times));
+    say(fmt::format("in situ: whole-model prefills of {} tokens, the median over {} moments of the calibration",
+                    axis_text(situ_lengths), situ_times.front().size()));
+    calibration::set_in_situ(p, situ_lengths, medians, bs, say);
+    p.metadata["in_situ_prefills"] = {
+        {"tokens", situ_lengths},
+        {"seconds", situ_times},
+        {"meaning", "whole-model prefills (median of 2 after 1 warm-up) with every anchor probe; the in-situ "
+                    "factor uses each length's median"}};
   }
   if (json_file.is_open()) {
     json_file.close();

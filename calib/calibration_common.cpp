@@ -7,6 +7,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <stdexcept>
 
 #include <fmt/format.h>
 
@@ -166,13 +167,25 @@ std::vector<int64_t> in_situ_lengths(const CalibrationOptions& options, int64_t 
 
 void measure_in_situ(DeviceProfile& p, Executor& executor, const std::vector<int64_t>& lengths,
                      int32_t block_size, int repetitions, const std::function<void(const std::string&)>& say) {
+  std::vector<double> measured;
+  for (int64_t t : lengths) {
+    const OneSequencePlan prefill(1, t, 0, true, block_size);
+    measured.push_back(median_execute_s(executor, prefill.plan(), 1, repetitions));
+  }
+  set_in_situ(p, lengths, measured, block_size, say);
+}
+
+void set_in_situ(DeviceProfile& p, const std::vector<int64_t>& lengths, const std::vector<double>& measured_s,
+                 int32_t block_size, const std::function<void(const std::string&)>& say) {
+  if (measured_s.size() != lengths.size()) throw std::logic_error("set_in_situ: one measurement per length");
   DeviceProfile without = p;
   without.gemm_in_situ = {};
   const ProfileModel tables(std::move(without), p.model, "calibration");  // no in-situ factor yet
   p.gemm_in_situ = {};
-  for (int64_t t : lengths) {
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    const int64_t t = lengths[i];
+    const double measured = measured_s[i];
     const OneSequencePlan prefill(1, t, 0, true, block_size);
-    const double measured = median_execute_s(executor, prefill.plan(), 1, repetitions);
     const ProfileBreakdown b = tables.breakdown(prefill.plan());
     const double scaled = b.gemm + b.elementwise;
     const double factor = std::max(0.1, (measured - (b.total() - scaled)) / scaled);

@@ -79,5 +79,9 @@ std::vector<int64_t> in_situ_lengths(const CalibrationOptions& options, int64_t 
 // the profiled model with at least ceil(max(lengths) / block_size) KV blocks.
 void measure_in_situ(DeviceProfile& p, Executor& executor, const std::vector<int64_t>& lengths,
                      int32_t block_size, int repetitions, const std::function<void(const std::string&)>& say);
+// The same from measured seconds, one per length (measure_in_situ's
+// medians, or the CPU calibration's medians over the whole calibration).
+void set_in_situ(DeviceProfile& p, const std::vector<int64_t>& lengths, const std::vector<double>& measured_s,
+                 int32_t block_size, const std::function<void(const std::string&)>& say);
 
 }  // namespace servesim::calibration
