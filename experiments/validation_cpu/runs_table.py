@@ -1,0 +1,67 @@
+#!/usr/bin/python3
+"""Markdown table of several runs of the CPU validation study, point by point.
+
+Usage: experiments/validation_cpu/runs_table.py STUDY_DIR [STUDY_DIR ...]
+
+Each STUDY_DIR holds a study's summary.csv and metadata.json (run.py's
+output, or a folder of experiments/results/cpu/reruns). Rows: every point
+(scheduler x load) for every run, labelled with the run's commit and
+--anchor; then, per run, how many points meet iteration MAPE <= 5% and how
+many TTFT/TPOT P50/P90 errors (replay and predict) are within 10%.
+"""
+import csv
+import json
+import os
+import sys
+
+ERRORS = ["ttft_p50_rel_error", "ttft_p90_rel_error", "tpot_p50_rel_error", "tpot_p90_rel_error"]
+
+
+def pct(x):
+    return f"{float(x) * 100:+.1f}%"
+
+
+def load(folder):
+    with open(os.path.join(folder, "metadata.json")) as f:
+        meta = json.load(f)
+    with open(os.path.join(folder, "summary.csv")) as f:
+        rows = list(csv.DictReader(f))
+    anchor = "rescale" if "--anchor rescale" in meta["command"] else "report"
+    return f"{meta['commit']}, {anchor}", rows
+
+
+def main(folders):
+    runs = [load(f) for f in folders]
+    print("| point | run (commit, `--anchor`) | kept attempt (drift) | iteration MAPE | "
+          "TTFT P50 / P90, replay; predict | TPOT P50 / P90, replay; predict |")
+    print("| --- | --- | --- | ---: | ---: | ---: |")
+    points = []
+    for _, rows in runs:
+        for r in rows:
+            if (r["scheduler"], r["load"]) not in points:
+                points.append((r["scheduler"], r["load"]))
+    for scheduler, load_name in points:
+        for label, rows in runs:
+            by_mode = {r["mode"]: r for r in rows if r["scheduler"] == scheduler and r["load"] == load_name}
+            if not by_mode:
+                continue
+            rp, pr = by_mode["replay"], by_mode["predict"]
+            print(f"| {scheduler} {load_name} | {label} | {rp['attempt']} ({float(rp['anchor_drift']) * 100:.1f}%) "
+                  f"| {float(rp['iteration_mape_all']) * 100:.1f}% "
+                  f"| {pct(rp[ERRORS[0]])} / {pct(rp[ERRORS[1]])}; {pct(pr[ERRORS[0]])} / {pct(pr[ERRORS[1]])} "
+                  f"| {pct(rp[ERRORS[2]])} / {pct(rp[ERRORS[3]])}; {pct(pr[ERRORS[2]])} / {pct(pr[ERRORS[3]])} |")
+    print()
+    print("| run | points with iteration MAPE <= 5% | TTFT/TPOT errors within 10% | points kept within the 5% gate |")
+    print("| --- | ---: | ---: | ---: |")
+    for label, rows in runs:
+        replay = [r for r in rows if r["mode"] == "replay"]
+        mape = sum(float(r["iteration_mape_all"]) <= 0.05 for r in replay)
+        within = sum(abs(float(r[e])) <= 0.10 for r in rows for e in ERRORS)
+        gated = sum(float(r["anchor_drift"]) <= 0.05 for r in replay)
+        print(f"| {label} | {mape} of {len(replay)} | {within} of {len(rows) * len(ERRORS)} | {gated} of {len(replay)} |")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    main(sys.argv[1:])
