@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "calib/calibrate.h"
+#include "calib/calibration_common.h"
 #include "calib/profile.h"
 #include "calib/profile_model.h"
 #include "kernels/decoder/device_choice.h"
@@ -400,4 +401,26 @@ TEST_CASE("A second calibration in the same process works, without keeping the r
   CHECK(p.gemm_qkv.x.back() == 32);
   CHECK(p.decode_attention.y.back() == 64);
   CHECK(p.to_json() == DeviceProfile::from_json(p.to_json(), "in memory").to_json());
+}
+
+TEST_CASE("A full calibration takes the in-situ prefills with every anchor probe and keeps their median") {
+  CalibrationOptions o = tiny_options("");
+  o.quick = false;
+  o.max_batched_tokens = 32;  // in-situ lengths: 32 only
+  o.max_context = 64;
+  o.max_num_seqs = 4;
+  o.repetitions = 3;
+  const DeviceProfile p = calibrate(o);
+  const nlohmann::json& situ = p.metadata.at("in_situ_prefills");
+  REQUIRE(situ.at("tokens") == nlohmann::json({32}));
+  // Before each of the 12 families and once more at the end, with the probes.
+  const auto seconds = situ.at("seconds").at(0).get<std::vector<double>>();
+  REQUIRE(seconds.size() == p.metadata.at("anchor_probes").at("decode_iteration_s").size());
+  REQUIRE(seconds.size() == 13);
+  for (double s : seconds) CHECK(s > 0);
+  // The factor is the in-situ rule applied to their median.
+  DeviceProfile expected = p;
+  calibration::set_in_situ(expected, {32}, {calibration::median(seconds)}, p.block_size, {});
+  REQUIRE(p.gemm_in_situ.x == std::vector<double>{32});
+  CHECK(p.gemm_in_situ.factor == expected.gemm_in_situ.factor);
 }
