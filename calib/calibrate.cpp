@@ -474,9 +474,9 @@ DeviceProfile calibrate(const CalibrationOptions& options, std::function<void(co
   const double activations = 4.0 * double(grids.tokens.back()) * double(2 * d + qkv_out + q_out + 3 * I) * 3;
   const double decoder_bytes =
       weight_layers * layer_weight_bytes + head_bytes * (model.tie_word_embeddings ? 1 : 2);
-  // The anchor probe's and the in-situ prefills' decoders live through the
-  // whole calibration; the iteration measurement builds a third one.
-  const double peak = 2 * decoder_bytes + std::max(copies_bytes + kv_bytes + activations, decoder_bytes);
+  // Two decoders live through the whole calibration: the anchor probe's and
+  // the whole-model one of the in-situ prefills and the iteration overhead.
+  const double peak = 2 * decoder_bytes + copies_bytes + kv_bytes + activations;
   const double physical = physical_memory_bytes();
   // A model the CPU decoder cannot hold (`servesim run` refuses it) is not
   // worth calibrating for.
@@ -489,7 +489,7 @@ DeviceProfile calibrate(const CalibrationOptions& options, std::function<void(co
         model.name, model_bytes / 1e9, physical / 1e9));
   if (physical > 0 && peak > 0.8 * physical)
     throw InputError(fmt::format(
-        "calibrating {} needs about {:.1f} GB (fp32 weight copies, {:.1f} GB of KV blocks; a decoder of {} "
+        "calibrating {} needs about {:.1f} GB (fp32 weight copies, {:.1f} GB of KV blocks; two decoders of {} "
         "layer(s)), more than 80% of this machine's {:.1f} GB; lower --max-context or "
         "--max-num-batched-tokens, or use a smaller model",
         model.name, peak / 1e9, kv_bytes / 1e9, weight_layers, physical / 1e9));
@@ -536,22 +536,25 @@ DeviceProfile calibrate(const CalibrationOptions& options, std::function<void(co
   // drifts by 5-10% over minutes (the 2-core VM), and it set the level of
   // every prefill prediction.
   const std::vector<int64_t> situ_lengths = calibration::in_situ_lengths(options, resolved_max_context(options));
-  std::unique_ptr<DecoderExecutor> situ;
   std::vector<std::vector<double>> situ_times(situ_lengths.size());
-  if (!situ_lengths.empty()) {
+  // The whole model's decoder for the in-situ prefills and the iteration
+  // overhead (a 1-token decode at the probe's context).
+  std::shared_ptr<DecoderExecutor> whole;
+  {
     CpuDecoderOptions decoder_options;
     decoder_options.threads = threads;
     DecoderExecutorOptions executor_options;
     executor_options.sampling = options.sampling;
-    situ = std::make_unique<DecoderExecutor>(make_cpu_decoder(random_weights(model, options.weights_seed),
-                                                              ceil_div(situ_lengths.back(), bs), bs, decoder_options),
-                                             executor_options);
+    const int64_t tokens = std::max(context, situ_lengths.empty() ? int64_t(0) : situ_lengths.back());
+    whole = std::make_shared<DecoderExecutor>(
+        make_cpu_decoder(random_weights(model, options.weights_seed), ceil_div(tokens, bs), bs, decoder_options),
+        executor_options);
   }
   auto measure_situ = [&] {
     if (quick) return;  // quick: once, at the end
     for (size_t i = 0; i < situ_lengths.size(); ++i) {
       const calibration::OneSequencePlan prefill(1, situ_lengths[i], 0, true, bs);
-      situ_times[i].push_back(calibration::median_execute_s(*situ, prefill.plan(), 1, 2));
+      situ_times[i].push_back(calibration::median_execute_s(*whole, prefill.plan(), 1, 2));
     }
   };
 
@@ -773,22 +776,14 @@ DeviceProfile calibrate(const CalibrationOptions& options, std::function<void(co
   rig.reset();
 
   // ---- a whole minimal iteration: one decode token at the smallest context,
-  // through the real executor, on a decoder of the rotated layers.
+  // through the real executor, on the whole model's decoder.
   announce("iteration_overhead",
            fmt::format("a 1-token decode at context {} through DecoderExecutor ({} layers), minus its kernels",
                        context, weight_layers));
   const auto decode_plan = std::make_shared<calibration::OneSequencePlan>(1, 1, context - 1, false, bs);
   double iteration_s = 0;
   {
-    CpuDecoderOptions decoder_options;
-    decoder_options.threads = threads;
-    DecoderExecutorOptions executor_options;
-    executor_options.sampling = sampling;
-    auto executor = std::make_shared<DecoderExecutor>(
-        make_cpu_decoder(random_weights(KernelRig::with_layers(model, weight_layers), options.weights_seed),
-                         decode_plan->blocks(), bs, decoder_options),
-        executor_options);
-    auto make = [executor, decode_plan]() -> Step {
+    auto make = [executor = whole, decode_plan]() -> Step {
       auto result = std::make_shared<IterationResult>();
       return [executor, decode_plan, result](int64_t) {
         result->reset();
@@ -822,9 +817,9 @@ DeviceProfile calibrate(const CalibrationOptions& options, std::function<void(co
   // ---- in situ: whole-model prefills of T tokens against the tables
   // (calib/profile_model.h), so the GEMMs' cost inside a forward pass is
   // what a prediction uses.
-  if (situ && quick) {
-    calibration::measure_in_situ(p, *situ, situ_lengths, bs, settings.repetitions, say);
-  } else if (situ) {
+  if (!situ_lengths.empty() && quick) {
+    calibration::measure_in_situ(p, *whole, situ_lengths, bs, settings.repetitions, say);
+  } else if (!situ_lengths.empty()) {
     std::vector<double> medians;
     for (const std::vector<double>& times : situ_times) medians.push_back(calibration::median(times));
     say(fmt::format("in situ: whole-model prefills of {} tokens, the median over {} moments of the calibration",

@@ -28,14 +28,18 @@ def write_point(folder, calibration, before, after, measured=True):
         f.write("index\n0\n")
 
 
-class DriftOf(unittest.TestCase):
+class InScratch(unittest.TestCase):
+    """self.point: a point folder's path in a scratch folder removed after the test."""
+
     def setUp(self):
         self.tmp = tempfile.TemporaryDirectory()
-        self.point = os.path.join(self.tmp.name, "p")
+        self.point = os.path.join(self.tmp.name, "light")
 
     def tearDown(self):
         self.tmp.cleanup()
 
+
+class DriftOf(InScratch):
     def test_decode_drift_from_calibration(self):
         write_point(self.point, (0.010, 1e11), (0.0104, 1e11), (0.0095, 1e11))
         self.assertAlmostEqual(drift_gate.drift_of(self.point, "report"), 0.05)
@@ -57,14 +61,7 @@ class DriftOf(unittest.TestCase):
         self.assertIsNone(drift_gate.probes_of(self.point)["before_decode_s"])
 
 
-class ValidateGated(unittest.TestCase):
-    def setUp(self):
-        self.tmp = tempfile.TemporaryDirectory()
-        self.point = os.path.join(self.tmp.name, "light")
-
-    def tearDown(self):
-        self.tmp.cleanup()
-
+class ValidateGated(InScratch):
     def runner(self, afters):
         """run(out) writing attempt i with an `after` decode probe afters[i]."""
         calls = []
