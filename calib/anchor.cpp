@@ -33,11 +33,17 @@ double field(const nlohmann::json& j, const char* name, const std::string& sourc
 }  // namespace
 
 nlohmann::json AnchorProbe::to_json() const {
-  return {{"decode_iteration_s", decode_iteration_s},
-          {"gemm_flops_per_s", gemm_flops_per_s},
-          {"layers", layers},
-          {"context", context},
-          {"gemm_n", gemm_n}};
+  nlohmann::json j = {{"decode_iteration_s", decode_iteration_s},
+                      {"gemm_flops_per_s", gemm_flops_per_s},
+                      {"layers", layers},
+                      {"context", context},
+                      {"gemm_n", gemm_n}};
+  auto ns = [](double v) { return std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v); };
+  if (!std::isnan(core_latency_before_ns) || !std::isnan(core_latency_after_ns))
+    j["core_latency_ns"] = {{"before", ns(core_latency_before_ns)},
+                            {"after", ns(core_latency_after_ns)},
+                            {"placement", to_string(placement())}};
+  return j;
 }
 
 AnchorProbe AnchorProbe::from_json(const nlohmann::json& j, const std::string& source) {
@@ -48,6 +54,16 @@ AnchorProbe AnchorProbe::from_json(const nlohmann::json& j, const std::string& s
   a.layers = int32_t(field(j, "layers", source));
   a.context = int64_t(field(j, "context", source));
   a.gemm_n = int64_t(field(j, "gemm_n", source));
+  if (j.contains("core_latency_ns")) {
+    const nlohmann::json& c = j["core_latency_ns"];
+    auto ns = [&](const char* name) {
+      if (!c.is_object() || !c.contains(name) || !(c[name].is_null() || c[name].is_number()))
+        throw InputError(fmt::format("{}: anchor.core_latency_ns.{} must be a number or null", source, name));
+      return c[name].is_null() ? std::numeric_limits<double>::quiet_NaN() : c[name].get<double>();
+    };
+    a.core_latency_before_ns = ns("before");
+    a.core_latency_after_ns = ns("after");
+  }
   return a;
 }
 
@@ -95,6 +111,7 @@ AnchorProbe AnchorProber::measure() {
   probe.layers = settings_.layers;
   probe.context = settings_.context;
   probe.gemm_n = settings_.gemm_n;
+  probe.core_latency_before_ns = core_to_core_latency_ns(st.threads);
   // The decode probe: one decode token through the real executor.
   IterationResult result;
   std::vector<double> times;
@@ -108,6 +125,7 @@ AnchorProbe AnchorProber::measure() {
   times.clear();
   for (int i = 0; i < std::max(3, settings_.repetitions / 4); ++i) times.push_back(st.gemm->pass());
   probe.gemm_flops_per_s = st.gemm->flops() / median(times);
+  probe.core_latency_after_ns = core_to_core_latency_ns(st.threads);
   omp_set_num_threads(saved_threads);
   return probe;
 }
@@ -125,6 +143,21 @@ AnchorProbe median_probe(const std::vector<AnchorProbe>& probes) {
   m.decode_iteration_s = median(decode);
   m.gemm_flops_per_s = median(gemm);
   return m;
+}
+
+PlacementCounts placement_counts(const std::vector<AnchorProbe>& probes) {
+  PlacementCounts counts;
+  for (const AnchorProbe& p : probes) counts.add(p.placement());
+  return counts;
+}
+
+std::vector<AnchorProbe> probes_in_dominant_placement(const std::vector<AnchorProbe>& probes) {
+  const Placement dominant = placement_counts(probes).dominant();
+  if (dominant == Placement::Unknown) return probes;
+  std::vector<AnchorProbe> kept;
+  for (const AnchorProbe& p : probes)
+    if (p.placement() == dominant) kept.push_back(p);
+  return kept;
 }
 
 AnchorSettings anchor_settings_of(const AnchorProbe& probe, const ModelSpec& model, int threads, int32_t block_size,

@@ -29,11 +29,13 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "calib/placement.h"
 #include "kernels/decoder/sampler.h"
 #include "sim/model_spec.h"
 
@@ -45,6 +47,12 @@ struct AnchorProbe {
   int32_t layers = 0;             // decoder layers of the decode probe
   int64_t context = 0;            // its context length (cached tokens + 1)
   int64_t gemm_n = 0;             // n of the n^3 GEMM
+  // Where the threads were (calib/placement.h): one-way core-to-core
+  // latency just before the decode probe and just after the GEMM probe;
+  // NaN when not measured (one thread, or a profile from an older servesim).
+  double core_latency_before_ns = std::numeric_limits<double>::quiet_NaN();
+  double core_latency_after_ns = std::numeric_limits<double>::quiet_NaN();
+  Placement placement() const { return placement_of(core_latency_before_ns, core_latency_after_ns); }
 
   nlohmann::json to_json() const;
   // Throws InputError naming `source` for a malformed object.
@@ -83,6 +91,13 @@ class AnchorProber {
 // The element-wise median of several probes (the device's typical state
 // over them); layers, context and gemm_n from the first. Requires >= 1.
 AnchorProbe median_probe(const std::vector<AnchorProbe>& probes);
+
+// How many probes saw each placement.
+PlacementCounts placement_counts(const std::vector<AnchorProbe>& probes);
+// The probes taken in the placement most of them saw: the device's state
+// as most of a calibration's tables saw it. All of them when no placement
+// dominates (or none was measured).
+std::vector<AnchorProbe> probes_in_dominant_placement(const std::vector<AnchorProbe>& probes);
 
 // The settings that reproduce `probe` for `model` (as stored in a profile).
 AnchorSettings anchor_settings_of(const AnchorProbe& probe, const ModelSpec& model, int threads,

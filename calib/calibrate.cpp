@@ -801,7 +801,14 @@ DeviceProfile calibrate(const CalibrationOptions& options, std::function<void(co
                                  model.num_hidden_layers, context, kAnchorGemmSize));
   probes.push_back(prober.measure());
   measure_situ();
-  p.anchor = median_probe(probes);
+  // The median over the probes in the placement most of them saw
+  // (calib/placement.h): the tables' medians are that placement's too.
+  const PlacementCounts placements = placement_counts(probes);
+  p.anchor = median_probe(probes_in_dominant_placement(probes));
+  if (placements.near > 0 && placements.far > 0)
+    say(fmt::format("warning: the threads' placement changed during the calibration ({} probes near, {} far, {} "
+                    "unknown); the anchor is the median of the {} probes' and the tables mix both speeds",
+                    placements.near, placements.far, placements.unknown, to_string(placements.dominant())));
   // The fixed cost: the whole model's 1-token decode minus what the tables
   // predict for the same plan. Measured on the whole model
   // because its layers cost more inside a forward pass than their kernels
@@ -820,8 +827,15 @@ DeviceProfile calibrate(const CalibrationOptions& options, std::function<void(co
   if (!situ_lengths.empty() && quick) {
     calibration::measure_in_situ(p, *whole, situ_lengths, bs, settings.repetitions, say);
   } else if (!situ_lengths.empty()) {
+    // The moments of the anchor's placement (all when none dominates).
+    const Placement dominant = placements.dominant();
     std::vector<double> medians;
-    for (const std::vector<double>& times : situ_times) medians.push_back(calibration::median(times));
+    for (const std::vector<double>& times : situ_times) {
+      std::vector<double> kept;
+      for (size_t i = 0; i < times.size() && i < probes.size(); ++i)
+        if (dominant == Placement::Unknown || probes[i].placement() == dominant) kept.push_back(times[i]);
+      medians.push_back(calibration::median(kept.empty() ? times : kept));
+    }
     say(fmt::format("in situ: whole-model prefills of {} tokens, the median over {} moments of the calibration",
                     axis_text(situ_lengths), situ_times.front().size()));
     calibration::set_in_situ(p, situ_lengths, medians, bs, say);
@@ -896,8 +910,11 @@ DeviceProfile calibrate(const CalibrationOptions& options, std::function<void(co
     for (const AnchorProbe& probe : probes) {
       a["decode_iteration_s"].push_back(probe.decode_iteration_s);
       a["gemm_flops_per_s"].push_back(probe.gemm_flops_per_s);
+      a["placement"].push_back(to_string(probe.placement()));
     }
-    a["meaning"] = "the anchor probes before each family and at the end; the profile's anchor is their median";
+    a["placement_counts"] = {{"near", placements.near}, {"far", placements.far}, {"unknown", placements.unknown}};
+    a["meaning"] = "the anchor probes before each family and at the end, each with the threads' placement "
+                   "(calib/placement.h); the profile's anchor is the median of those in the placement most saw";
   }
   m["iteration_overhead"] = {{"plan", fmt::format("1 decode token, {} cached", context - 1)},
                              {"layers", weight_layers},

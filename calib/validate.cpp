@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "calib/placement.h"
 #include "calib/profile_model.h"
 #include "kernels/decoder/device_choice.h"
 #include "sim/clock.h"
@@ -40,8 +41,11 @@ IterationKind iteration_kind(int32_t prefill_sequences, int32_t decode_sequences
 }
 
 void RecordingExecutor::execute(const IterationPlan& plan, IterationResult& result) {
+  const double core_latency_ns =
+      placement_threads_ >= 0 ? core_to_core_latency_ns(placement_threads_) : std::numeric_limits<double>::quiet_NaN();
   inner_.execute(plan, result);
   RecordedIteration& it = out_.emplace_back();
+  it.core_latency_ns = core_latency_ns;
   it.sequences.reserve(plan.sequences.size());
   for (size_t k = 0; k < plan.sequences.size(); ++k) {
     const ScheduledSequence& s = plan.sequences[k];
@@ -370,6 +374,47 @@ class Anchoring {
   std::string reason_;
 };
 
+// ValidationResult::placement.
+nlohmann::json placement_json(const std::vector<RecordedIteration>& iterations, const DeviceProfile& profile,
+                              bool cuda) {
+  if (cuda) return {{"watched", false}, {"reason", "cuda (a GPU's kernels do not move between CPU cores)"}};
+  PlacementCounts run;
+  std::vector<double> latencies;
+  for (const RecordedIteration& it : iterations) {
+    run.add(placement_of(it.core_latency_ns));
+    if (!std::isnan(it.core_latency_ns)) latencies.push_back(it.core_latency_ns);
+  }
+  if (latencies.empty())
+    return {{"watched", false}, {"reason", "one thread (no second core to measure against)"}};
+  std::sort(latencies.begin(), latencies.end());
+  nlohmann::json j = {{"watched", true},
+                      {"threshold_ns", kFarCoreLatencyNs},
+                      {"run",
+                       {{"near", run.near},
+                        {"far", run.far},
+                        {"unknown", run.unknown},
+                        {"median_core_latency_ns", latencies[latencies.size() / 2]}}},
+                      {"calibration", nullptr},
+                      {"calibration_placement", nullptr},
+                      {"run_share_in_calibration_placement", nullptr}};
+  const nlohmann::json& probes = profile.metadata.contains("anchor_probes") ? profile.metadata["anchor_probes"]
+                                                                            : nlohmann::json();
+  if (probes.is_object() && probes.contains("placement_counts")) {
+    const nlohmann::json& c = probes["placement_counts"];
+    PlacementCounts calibration;
+    calibration.near = c.value("near", int64_t(0));
+    calibration.far = c.value("far", int64_t(0));
+    calibration.unknown = c.value("unknown", int64_t(0));
+    j["calibration"] = {{"near", calibration.near}, {"far", calibration.far}, {"unknown", calibration.unknown}};
+    const Placement dominant = calibration.dominant();
+    if (dominant != Placement::Unknown) {
+      j["calibration_placement"] = to_string(dominant);
+      j["run_share_in_calibration_placement"] = run.share(dominant);
+    }
+  }
+  return j;
+}
+
 }  // namespace
 
 ValidationResult run_validation(const EngineSetup& setup, const Workload& workload,
@@ -403,9 +448,11 @@ ValidationResult run_validation(const EngineSetup& setup, const Workload& worklo
     v.warnings.push_back("--honor-eos: the real run stops requests at EOS, the predict simulation "
                          "generates every requested token");
 
-  // The real run, every plan recorded.
-  ExecutorWrapper wrap = [&v](Executor& decoder) -> std::unique_ptr<Executor> {
-    return std::make_unique<RecordingExecutor>(decoder, v.iterations);
+  // The real run, every plan recorded; on the CPU with the threads'
+  // placement before each iteration (calib/placement.h).
+  const int placement_threads = device.cuda ? -1 : setup.threads;
+  ExecutorWrapper wrap = [&v, placement_threads](Executor& decoder) -> std::unique_ptr<Executor> {
+    return std::make_unique<RecordingExecutor>(decoder, v.iterations, placement_threads);
   };
   anchoring.before_run();
   v.measured = serve(setup, workload, callbacks.run_progress, callbacks.on_ready, wrap);
@@ -413,6 +460,7 @@ ValidationResult run_validation(const EngineSetup& setup, const Workload& worklo
   v.anchor = anchoring.apply();
   v.cost_model = cost_model.describe();
   v.config = engine_setup_to_json(setup, v.measured);
+  v.placement = placement_json(v.iterations, profile, device.cuda);
 
   // Per iteration: the predicted cost of each real plan.
   if (k > 0) {
@@ -588,6 +636,7 @@ nlohmann::json validation_report_json(const ValidationResult& v, ValidationMode 
   if (v.profile_saved_as) j["profile_saved_as"] = *v.profile_saved_as;
   j["cost_model"] = v.cost_model;
   j["anchor"] = v.anchor;
+  j["placement"] = v.placement;
   if (v.measured.speculative) {
     // Replay re-costs the measured acceptance; predict draws its own.
     const SpeculativeStats& ms = *v.measured.speculative;
@@ -627,13 +676,17 @@ void write_validation_outputs(const std::string& dir, const ValidationResult& v,
   write_text((d / "report_predict.json").string(),
              validation_report_json(v, ValidationMode::Predict).dump(2) + "\n");
 
-  std::string t = "index,kind,measured_s,predicted_s,rel_error,prefill_tokens,decode_tokens,sequences\n";
+  std::string t =
+      "index,kind,measured_s,predicted_s,rel_error,prefill_tokens,decode_tokens,sequences,core_latency_ns,"
+      "placement\n";
   for (size_t k = 0; k < v.iterations.size(); ++k) {
     const RecordedIteration& it = v.iterations[k];
     const double e = rel_error(v.predicted_iteration_s[k], it.measured_s);
-    t += fmt::format("{},{},{},{},{},{},{},{}\n", k, to_string(it.kind()), it.measured_s,
+    const bool watched = !std::isnan(it.core_latency_ns);
+    t += fmt::format("{},{},{},{},{},{},{},{},{},{}\n", k, to_string(it.kind()), it.measured_s,
                      v.predicted_iteration_s[k], std::isfinite(e) ? fmt::format("{}", e) : "", it.prefill_tokens,
-                     it.decode_tokens, it.sequences.size());
+                     it.decode_tokens, it.sequences.size(), watched ? fmt::format("{:.1f}", it.core_latency_ns) : "",
+                     watched ? to_string(placement_of(it.core_latency_ns)) : "");
   }
   write_text((d / "iterations.csv").string(), t);
 
@@ -718,6 +771,18 @@ std::string format_validation_table(const ValidationResult& v, ValidationMode mo
                        v.anchor["applied"].get<bool>() ? "; predictions re-anchored by these" : "");
   } else if (v.anchor.contains("reason")) {
     t += fmt::format("  device state: not probed ({})\n", v.anchor["reason"].get<std::string>());
+  }
+  if (v.placement.value("watched", false)) {
+    const nlohmann::json& r = v.placement["run"];
+    const int64_t n = r["near"].get<int64_t>() + r["far"].get<int64_t>() + r["unknown"].get<int64_t>();
+    t += fmt::format("  threads' placement: near before {} of {} iterations, far before {}, unknown {}",
+                     r["near"].get<int64_t>(), n, r["far"].get<int64_t>(), r["unknown"].get<int64_t>());
+    if (!v.placement["calibration"].is_null()) {
+      const nlohmann::json& c = v.placement["calibration"];
+      t += fmt::format("; calibration probes: {} near, {} far, {} unknown", c["near"].get<int64_t>(),
+                       c["far"].get<int64_t>(), c["unknown"].get<int64_t>());
+    }
+    t += "\n";
   }
   for (const std::string& w : v.warnings) t += "  note: " + w + "\n";
   return t;

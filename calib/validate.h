@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <span>
 #include <string>
@@ -57,6 +58,9 @@ struct RecordedIteration {
   double measured_s = 0;  // IterationResult::duration_s of the real executor
   int32_t prefill_tokens = 0, decode_tokens = 0;
   int32_t prefill_sequences = 0, decode_sequences = 0;
+  // Where the decoder's threads were just before it (calib/placement.h);
+  // NaN when not watched.
+  double core_latency_ns = std::numeric_limits<double>::quiet_NaN();
   IterationKind kind() const { return iteration_kind(prefill_sequences, decode_sequences); }
 };
 
@@ -64,7 +68,11 @@ struct RecordedIteration {
 // `out`. Adds a copy of the plan's sequences per iteration, nothing else.
 class RecordingExecutor final : public Executor {
  public:
-  RecordingExecutor(Executor& inner, std::vector<RecordedIteration>& out) : inner_(inner), out_(out) {}
+  // placement_threads >= 0: also measures the threads' placement before
+  // each iteration, outside its timing (core_to_core_latency_ns of that
+  // team size, 5-40 us); -1: does not.
+  RecordingExecutor(Executor& inner, std::vector<RecordedIteration>& out, int placement_threads = -1)
+      : inner_(inner), out_(out), placement_threads_(placement_threads) {}
   std::string name() const override { return inner_.name(); }
   void execute(const IterationPlan& plan, IterationResult& result) override;
   void on_request_finished(int64_t request_id) override { inner_.on_request_finished(request_id); }
@@ -73,6 +81,7 @@ class RecordingExecutor final : public Executor {
  private:
   Executor& inner_;
   std::vector<RecordedIteration>& out_;
+  int placement_threads_;
 };
 
 // Rebuilds a recorded plan for a cost model. Block tables are zero-filled
@@ -154,6 +163,12 @@ struct ValidationResult {
   // The anchor probes: {measured, applied, reason | (calibration, before,
   // after, run, scales {memory, compute}) per profile}.
   nlohmann::json anchor;
+  // The threads' placement (calib/placement.h) over the real run's
+  // iterations and over the calibration's anchor probes: {watched, reason |
+  // (threshold_ns, run {near, far, unknown, median_core_latency_ns},
+  // calibration {near, far, unknown} | null, calibration_placement,
+  // run_share_in_calibration_placement)}.
+  nlohmann::json placement;
 };
 
 struct ValidationCallbacks {

@@ -421,6 +421,9 @@ TEST_CASE("validate: a tiny model end to end with a quick calibration") {
   CHECK(probe["scales"]["memory"].get<double>() > 0);
   CHECK(probe["before"]["decode_iteration_s"].get<double>() > 0);
   CHECK(v.cost_model["anchor_scales"]["memory"].get<double>() == 1.0);
+  // One thread: no second core to measure the placement against.
+  CHECK_FALSE(v.placement["watched"].get<bool>());
+  CHECK(v.placement["reason"].get<std::string>().find("one thread") != std::string::npos);
 
   require_report_keys(validation_report_json(v, ValidationMode::Replay), "replay");
   require_report_keys(validation_report_json(v, ValidationMode::Predict), "predict");

@@ -15,15 +15,17 @@ def probe(decode_s, gemm_flops_per_s):
             "gemm_n": 1024, "layers": 12}
 
 
-def write_point(folder, calibration, before, after, measured=True):
-    """A validate output folder with report_replay.json's anchor section and
-    one other file (that pruning must delete)."""
+def write_point(folder, calibration, before, after, measured=True, share_in_calibration_placement=None):
+    """A validate output folder with report_replay.json's anchor and
+    placement sections and one other file (that pruning must delete)."""
     os.makedirs(os.path.join(folder, "measured"), exist_ok=True)
     anchor = {"measured": measured,
               "profiles": {"profile": {"calibration": probe(*calibration), "before": probe(*before),
                                        "after": probe(*after)}}}
+    placement = {"watched": share_in_calibration_placement is not None,
+                 "run_share_in_calibration_placement": share_in_calibration_placement}
     with open(os.path.join(folder, "report_replay.json"), "w") as f:
-        json.dump({"anchor": anchor}, f)
+        json.dump({"anchor": anchor, "placement": placement}, f)
     with open(os.path.join(folder, "measured", "iterations.csv"), "w") as f:
         f.write("index\n0\n")
 
@@ -61,6 +63,22 @@ class DriftOf(InScratch):
         self.assertIsNone(drift_gate.probes_of(self.point)["before_decode_s"])
 
 
+class PlacementMismatch(InScratch):
+    def test_share_of_iterations_in_another_placement(self):
+        write_point(self.point, (0.010, 1e11), (0.010, 1e11), (0.010, 1e11), share_in_calibration_placement=0.7)
+        self.assertAlmostEqual(drift_gate.placement_mismatch_of(self.point), 0.3)
+
+    def test_score_is_the_larger_of_drift_and_mismatch(self):
+        write_point(self.point, (0.010, 1e11), (0.0102, 1e11), (0.010, 1e11), share_in_calibration_placement=0.9)
+        self.assertAlmostEqual(drift_gate.gate_score(self.point, "report"), 0.1)
+        write_point(self.point, (0.010, 1e11), (0.0102, 1e11), (0.010, 1e11), share_in_calibration_placement=1.0)
+        self.assertAlmostEqual(drift_gate.gate_score(self.point, "report"), 0.02)
+
+    def test_not_watched_is_no_mismatch(self):
+        write_point(self.point, (0.010, 1e11), (0.010, 1e11), (0.010, 1e11))
+        self.assertEqual(drift_gate.placement_mismatch_of(self.point), 0.0)
+
+
 class ValidateGated(InScratch):
     def runner(self, afters):
         """run(out) writing attempt i with an `after` decode probe afters[i]."""
@@ -90,6 +108,21 @@ class ValidateGated(InScratch):
         attempt, drift = drift_gate.validate_gated(run, self.point, "report", 0.02, 3, [])
         self.assertEqual((len(calls), attempt), (2, 2))
         self.assertAlmostEqual(drift, 0.01)
+
+    def test_reruns_an_attempt_in_another_placement(self):
+        # no drift at all, but attempt 1 ran 40% of its iterations in the other placement
+        shares = [0.6, 1.0]
+        calls = []
+
+        def run(out):
+            write_point(out, (0.010, 1e11), (0.010, 1e11), (0.010, 1e11),
+                        share_in_calibration_placement=shares[len(calls)])
+            calls.append(out)
+        log = []
+        attempt, score = drift_gate.validate_gated(run, self.point, "report", 0.05, 3, log)
+        self.assertEqual((len(calls), attempt, score), (2, 2, 0.0))
+        self.assertAlmostEqual(log[0]["placement_mismatch"], 0.4)
+        self.assertEqual(log[0]["drift"], 0.0)
 
     def test_without_a_gate_runs_once_into_the_point(self):
         run, calls = self.runner([0.02])
