@@ -29,6 +29,7 @@
 #include "calib/calibrate_cuda.h"
 #include "calib/ceilings.h"
 #include "calib/microbench_runner.h"
+#include "calib/placement_ratios.h"
 #include "calib/profile_model.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/decoder/batch_layout.h"
@@ -151,6 +152,8 @@ void check_options(const CalibrationOptions& o) {
   if (o.gemm_ceiling_size < 0 || o.gemm_ceiling_size > 16384)
     throw InputError("gemm_ceiling_size must be in [0, 16384]");
   if (o.repetitions < 0 || o.repetitions > 1000) throw InputError("repetitions must be in [0, 1000]");
+  if (!(o.placement_seconds <= 3600))
+    throw InputError(fmt::format("--placement-seconds must be at most 3600 (got {})", o.placement_seconds));
   if (!(o.min_time_s >= 0) || o.min_time_s > 60) throw InputError("min_time_s must be in [0, 60]");
   o.sampling.validate();
 }
@@ -476,7 +479,10 @@ DeviceProfile calibrate(const CalibrationOptions& options, std::function<void(co
       weight_layers * layer_weight_bytes + head_bytes * (model.tie_word_embeddings ? 1 : 2);
   // Two decoders live through the whole calibration: the anchor probe's and
   // the whole-model one of the in-situ prefills and the iteration overhead.
-  const double peak = 2 * decoder_bytes + copies_bytes + kv_bytes + activations;
+  // At the end the placement ratios' decoder takes the whole-model one's
+  // place, with KV for 32 sequences of 257 tokens (calib/placement_ratios.h).
+  const double ladder_kv_bytes = 32.0 * double(ceil_div(257, bs)) * bs * per_token_kv;
+  const double peak = 2 * decoder_bytes + std::max(copies_bytes + kv_bytes + activations, ladder_kv_bytes);
   const double physical = physical_memory_bytes();
   // A model the CPU decoder cannot hold (`servesim run` refuses it) is not
   // worth calibrating for.
@@ -843,7 +849,51 @@ DeviceProfile calibrate(const CalibrationOptions& options, std::function<void(co
         {"tokens", situ_lengths},
         {"seconds", situ_times},
         {"meaning", "whole-model prefills (median of 2 after 1 warm-up) with every anchor probe; the in-situ "
-                    "factor uses each length's median"}};
+                    "factor uses each length's median over the moments of the anchor's placement"}};
+  }
+
+  // ---- placement ratios (calib/placement_ratios.h): whole-model
+  // iterations in the other placement of the threads against the tables'.
+  const double placement_seconds = options.placement_seconds >= 0 ? options.placement_seconds : quick ? 0 : 180;
+  p.metadata["placement_ratios"] = nullptr;
+  if (placement_seconds > 0 && threads >= 2) {
+    whole.reset();  // its memory goes to the ladder's decoder
+    PlacementRatioSettings ladder;
+    ladder.threads = threads;
+    ladder.max_seconds = placement_seconds;
+    ladder.context = std::min<int64_t>(256, resolved_max_context(options) - 1);
+    ladder.decode_batches.clear();
+    for (int64_t b : {1, 2, 4, 8, 16, 32})
+      if (b <= options.max_num_seqs) ladder.decode_batches.push_back(b);
+    ladder.prefill_tokens.clear();
+    for (int64_t t : {32, 128, 512})
+      if (t <= options.max_batched_tokens && t <= resolved_max_context(options)) ladder.prefill_tokens.push_back(t);
+    const int64_t blocks = std::max(ladder.decode_batches.back() * ceil_div(ladder.context + 1, bs),
+                                    ceil_div(ladder.prefill_tokens.empty() ? 1 : ladder.prefill_tokens.back(), bs));
+    CpuDecoderOptions decoder_options;
+    decoder_options.threads = threads;
+    DecoderExecutorOptions executor_options;
+    executor_options.sampling = options.sampling;
+    DecoderExecutor executor(make_cpu_decoder(random_weights(model, options.weights_seed), blocks, bs, decoder_options),
+                             executor_options);
+    const Placement reference = placements.dominant() == Placement::Unknown ? Placement::Near : placements.dominant();
+    say(fmt::format("placement ratios: whole-model decode steps of {} sequences and prefills of {} tokens, each "
+                    "with the threads {} and {}, for at most {:.0f} s",
+                    axis_text(ladder.decode_batches), axis_text(ladder.prefill_tokens), to_string(reference),
+                    reference == Placement::Near ? "far" : "near", placement_seconds));
+    p.placement_ratios = measure_placement_ratios(executor, bs, reference, ladder, say);
+    if (p.placement_ratios) {
+      std::string line = "placement ratios (other / reference):";
+      for (size_t k = 0; k < p.placement_ratios->decode_batch.size(); ++k)
+        line += fmt::format(" decode {} {:.3f};", p.placement_ratios->decode_batch[k], p.placement_ratios->decode_ratio[k]);
+      for (size_t k = 0; k < p.placement_ratios->prefill_tokens.size(); ++k)
+        line += fmt::format(" prefill {} {:.3f};", p.placement_ratios->prefill_tokens[k],
+                            p.placement_ratios->prefill_ratio[k]);
+      say(line);
+    } else {
+      say("placement ratios: the threads stayed in one placement (none measured)");
+      p.metadata["placement_ratios"] = "the threads stayed in one placement";
+    }
   }
   if (json_file.is_open()) {
     json_file.close();
@@ -878,6 +928,7 @@ DeviceProfile calibrate(const CalibrationOptions& options, std::function<void(co
       {"sampling", {{"temperature", sampling.temperature}, {"top_p", sampling.top_p}}},
       {"repetitions", settings.repetitions},
       {"min_time_s", settings.min_time_s},
+      {"placement_seconds", placement_seconds},
       {"min_warmup_time_s", settings.warmup_s},
       {"statistic", "median over repetitions of the wall time per call (each repetition: the mean of its calls)"},
       {"grids", calibration::grids_json(grids)},

@@ -70,6 +70,10 @@ struct CalibrationOptions {
   int64_t gemm_ceiling_size = 0;         // n of the n^3 GEMM ceiling (0: cpu 2048, quick 1024; cuda 8192, quick 4096)
   int repetitions = 0;                   // timed runs per benchmark (0: 5; cuda quick: 3)
   double min_time_s = 0;                 // least time of each run (0: cpu 0.05 s, quick 0.01 s; cuda 5 ms, quick 1 ms)
+  // cpu, full mode, 2+ threads: at most this long timing whole-model
+  // iterations in both placements of the threads (calib/placement_ratios.h);
+  // negative: the default, 180 s (quick: none); 0: none.
+  double placement_seconds = -1;
 };
 
 // The sizes each table is measured at (ascending), from the options.

@@ -88,6 +88,7 @@ nlohmann::json DeviceProfile::to_json() const {
                    {"stream_triad_bytes_per_s", stream_triad_bytes_per_s},
                    {"gemm_flops_per_s", gemm_flops_per_s}};
   if (anchor) j["anchor"] = anchor->to_json();
+  if (placement_ratios) j["placement_ratios"] = placement_ratios->to_json();
   j["metadata"] = metadata;
   j["raw_benchmarks_file"] = raw_benchmarks_file;
   return j;
@@ -156,6 +157,7 @@ DeviceProfile DeviceProfile::from_json(const nlohmann::json& j, const std::strin
   if (!(p.stream_copy_bytes_per_s > 0) || !(p.stream_triad_bytes_per_s > 0) || !(p.gemm_flops_per_s > 0))
     throw InputError(fmt::format("{}: ceilings must be > 0", source));
   if (j.contains("anchor")) p.anchor = AnchorProbe::from_json(j["anchor"], source);
+  if (j.contains("placement_ratios")) p.placement_ratios = PlacementRatios::from_json(j["placement_ratios"], source);
   if (j.contains("metadata")) p.metadata = j["metadata"];
   if (j.contains("raw_benchmarks_file") && j["raw_benchmarks_file"].is_string())
     p.raw_benchmarks_file = j["raw_benchmarks_file"].get<std::string>();

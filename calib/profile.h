@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "calib/anchor.h"
+#include "calib/placement_ratios.h"
 #include "sim/model_spec.h"
 
 namespace servesim {
@@ -70,6 +71,10 @@ struct DeviceProfile {
   // The device's state when the tables were measured (calib/anchor.h), for
   // re-anchoring them on a later run; absent in older profiles.
   std::optional<AnchorProbe> anchor;
+  // Whole-model iterations with the threads in the other placement against
+  // the tables' (calib/placement_ratios.h); absent when the calibration saw
+  // one placement only, or did not look (quick, one thread, cuda).
+  std::optional<PlacementRatios> placement_ratios;
 
   // Provenance: date, commit, compiler, library versions, settings (quick?).
   nlohmann::json metadata = nlohmann::json::object();

@@ -376,7 +376,7 @@ class Anchoring {
 
 // ValidationResult::placement.
 nlohmann::json placement_json(const std::vector<RecordedIteration>& iterations, const DeviceProfile& profile,
-                              bool cuda) {
+                              bool cuda, bool applied, const std::string& not_applied) {
   if (cuda) return {{"watched", false}, {"reason", "cuda (a GPU's kernels do not move between CPU cores)"}};
   PlacementCounts run;
   std::vector<double> latencies;
@@ -412,8 +412,47 @@ nlohmann::json placement_json(const std::vector<RecordedIteration>& iterations, 
       j["run_share_in_calibration_placement"] = run.share(dominant);
     }
   }
+  j["applied"] = applied;
+  if (!not_applied.empty()) j["not_applied"] = not_applied;
+  if (profile.placement_ratios) {
+    j["ratios"] = profile.placement_ratios->to_json();
+    // Iterations costed in the placement they ran in: the tables' own, and
+    // with --placement apply the other one too.
+    j["run_share_costed_in_its_placement"] =
+        run.share(profile.placement_ratios->reference) + (applied ? run.share(profile.placement_ratios->other) : 0.0);
+  }
   return j;
 }
+
+// Multiplies a ProfileModel's cost by the placement ratio of the placement
+// the real run had at the simulated time (ValidationOptions::placement).
+class PlacementTimelineExecutor final : public Executor {
+ public:
+  PlacementTimelineExecutor(Executor& inner, const Clock& clock, const PlacementRatios& ratios,
+                            std::vector<double> starts_s, std::vector<Placement> placements)
+      : inner_(inner), clock_(clock), ratios_(ratios), starts_s_(std::move(starts_s)),
+        placements_(std::move(placements)) {}
+  std::string name() const override { return inner_.name(); }
+  void execute(const IterationPlan& plan, IterationResult& result) override {
+    inner_.execute(plan, result);
+    result.duration_s *= ratios_.ratio(plan, placement_at(clock_.now()));
+  }
+  void on_request_finished(int64_t request_id) override { inner_.on_request_finished(request_id); }
+
+ private:
+  // The placement of the real run's last iteration that started by t (its
+  // first before it).
+  Placement placement_at(double t) const {
+    if (placements_.empty()) return Placement::Unknown;
+    const auto after = std::upper_bound(starts_s_.begin(), starts_s_.end(), t);
+    return placements_[after == starts_s_.begin() ? 0 : size_t(after - starts_s_.begin()) - 1];
+  }
+  Executor& inner_;
+  const Clock& clock_;
+  const PlacementRatios& ratios_;
+  std::vector<double> starts_s_;
+  std::vector<Placement> placements_;
+};
 
 }  // namespace
 
@@ -460,7 +499,30 @@ ValidationResult run_validation(const EngineSetup& setup, const Workload& worklo
   v.anchor = anchoring.apply();
   v.cost_model = cost_model.describe();
   v.config = engine_setup_to_json(setup, v.measured);
-  v.placement = placement_json(v.iterations, profile, device.cuda);
+  // Costing each iteration in its placement (ValidationOptions::placement).
+  std::string placement_not_applied;
+  if (options.placement == ValidationOptions::PlacementCosting::Apply) {
+    if (device.cuda) placement_not_applied = "cuda";
+    else if (!profile.placement_ratios) placement_not_applied = "the profile has no placement ratios";
+    else if (k > 0) placement_not_applied = "speculative runs are costed without placement ratios";
+  }
+  const bool placement_applied =
+      options.placement == ValidationOptions::PlacementCosting::Apply && placement_not_applied.empty();
+  v.placement = placement_json(v.iterations, profile, device.cuda, placement_applied, placement_not_applied);
+  if (!placement_not_applied.empty())
+    v.warnings.push_back("--placement apply: not applied (" + placement_not_applied + ")");
+  if (placement_applied && v.anchor.value("measured", false) && v.anchor["profiles"].contains("profile")) {
+    // The anchor probes' expected values in the other placement, for a
+    // probe taken there: the decode probe by the 1-sequence decode ratio,
+    // the GEMM probe by the largest prefill's ratio.
+    const PlacementRatios& r = *profile.placement_ratios;
+    nlohmann::json other = profile.anchor->to_json();
+    other.erase("core_latency_ns");
+    other["placement"] = to_string(r.other);
+    other["decode_iteration_s"] = profile.anchor->decode_iteration_s * r.decode_ratio.front();
+    other["gemm_flops_per_s"] = profile.anchor->gemm_flops_per_s / r.prefill_ratio.back();
+    v.anchor["profiles"]["profile"]["calibration_in_other_placement"] = other;
+  }
 
   // Per iteration: the predicted cost of each real plan.
   if (k > 0) {
@@ -471,6 +533,13 @@ ValidationResult run_validation(const EngineSetup& setup, const Workload& worklo
   } else {
     v.predicted_iteration_s = cost_iterations(v.iterations, cost_model, v.measured.scheduler.block_size);
   }
+  if (placement_applied)
+    for (size_t i = 0; i < v.iterations.size(); ++i) {
+      const RecordedIteration& it = v.iterations[i];
+      v.predicted_iteration_s[i] *=
+          profile.placement_ratios->ratio(it.prefill_tokens, int64_t(it.sequences.size()),
+                                          it.prefill_tokens + it.decode_tokens, placement_of(it.core_latency_ns));
+    }
   std::vector<double> measured_s;
   std::vector<IterationKind> kinds;
   for (const RecordedIteration& it : v.iterations) {
@@ -495,7 +564,18 @@ ValidationResult run_validation(const EngineSetup& setup, const Workload& worklo
       speculative.emplace(executor, *draft_model, acceptance, k, setup.workload.seed);
     }
     VirtualClock clock;
-    Runner runner(scheduler, speculative ? static_cast<Executor&>(*speculative) : executor, clock);
+    std::optional<PlacementTimelineExecutor> in_placement;
+    if (placement_applied) {
+      std::vector<double> starts;
+      std::vector<Placement> placements;
+      for (size_t i = 0; i < v.iterations.size() && i < v.measured.records.iterations.size(); ++i) {
+        starts.push_back(v.measured.records.iterations[i].start_s);
+        placements.push_back(placement_of(v.iterations[i].core_latency_ns));
+      }
+      in_placement.emplace(executor, clock, *profile.placement_ratios, std::move(starts), std::move(placements));
+    }
+    Executor& costed = in_placement ? static_cast<Executor&>(*in_placement) : executor;
+    Runner runner(scheduler, speculative ? static_cast<Executor&>(*speculative) : costed, clock);
     v.predict = runner.run(workload);
     v.predict_summary = summarize_run(v.predict, setup.slo);
     if (speculative) v.predict_speculative = *speculative->speculative_stats();
@@ -782,6 +862,7 @@ std::string format_validation_table(const ValidationResult& v, ValidationMode mo
       t += fmt::format("; calibration probes: {} near, {} far, {} unknown", c["near"].get<int64_t>(),
                        c["far"].get<int64_t>(), c["unknown"].get<int64_t>());
     }
+    if (v.placement.value("applied", false)) t += "; each iteration costed in its placement";
     t += "\n";
   }
   for (const std::string& w : v.warnings) t += "  note: " + w + "\n";

@@ -186,6 +186,15 @@ struct ValidationOptions {
   // probed (the probes are CPU code, and a GPU keeps its speed): the report
   // says "not probed (cuda)".
   enum class Anchor { Off, Report, Apply } anchor = Anchor::Report;
+  // The threads' placement before each iteration of the real run
+  // (calib/placement.h) is always recorded on the CPU. Apply also costs
+  // each iteration in its placement: an iteration that ran with the threads
+  // in the other placement than the profile's tables is multiplied by the
+  // profile's placement ratio for its shape (calib/placement_ratios.h), in
+  // replay, and in predict at the simulated time by the placement the real
+  // run had then. Needs a profile with placement ratios and a run without
+  // speculation; otherwise the report says why it was not applied.
+  enum class PlacementCosting { Report, Apply } placement = PlacementCosting::Report;
   // The separate draft's profile of a speculative run (see run_validation).
   const DeviceProfile* draft_profile = nullptr;
 };

@@ -97,6 +97,10 @@ int calibrate_command(int argc, const char* const* argv) {
       ("quick", "coarse grids and few repeats (tests, first looks; well under a minute for small-110m on the "
                 "CPU, for llama-3.1-8b on an H200)")
       ("threads", po::value<int>()->default_value(0), "CPU threads (0: every core; cpu only)")
+      ("placement-seconds", po::value<double>(),
+       "cpu, 2+ threads: at most this long timing whole-model iterations with the threads in each placement "
+       "(cores sharing an L3, or two CCDs), for validate --placement apply (default: 180 in full mode, 0 with "
+       "--quick; 0: skip)")
       ("block-size", po::value<int32_t>()->default_value(16), "KV block size to time attention with")
       ("max-num-batched-tokens", po::value<int32_t>()->default_value(2048),
        "largest token count M timed (GEMMs, elementwise, prefill chunks; at most 16384 on cuda)")
@@ -135,6 +139,7 @@ int calibrate_command(int argc, const char* const* argv) {
   o.model = resolve_model(vm["model"].as<std::string>());
   o.quick = vm.count("quick") > 0;
   o.threads = vm["threads"].as<int>();
+  if (vm.count("placement-seconds")) o.placement_seconds = vm["placement-seconds"].as<double>();
   o.block_size = vm["block-size"].as<int32_t>();
   o.max_batched_tokens = vm["max-num-batched-tokens"].as<int32_t>();
   o.max_context = vm["max-context"].as<int64_t>();

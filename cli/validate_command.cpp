@@ -40,6 +40,10 @@ int validate_command(int argc, const char* const* argv) {
        "ran than at calibration (report.json's anchor), apply also scales the predictions' memory- and "
        "compute-bound costs by it (experimental: on this VM it helped some runs and over-corrected "
        "others), off skips the probes; cpu only (a run on cuda is not probed)")
+      ("placement", po::value<std::string>()->default_value("report"),
+       "report | apply: the threads' placement (cores sharing an L3, or two CCDs) is recorded before every "
+       "iteration of the real run (cpu); apply also costs each iteration in its placement, by the profile's "
+       "placement ratios (from a full calibration that saw both placements)")
       ("mode", po::value<std::string>()->default_value("predict"),
        "which prediction report.json describes: replay (the real run's iterations costed by the "
        "profile: the cost model's error alone) | predict (an independent simulation of the "
@@ -67,6 +71,9 @@ int validate_command(int argc, const char* const* argv) {
   const std::string anchor = vm["anchor"].as<std::string>();
   if (anchor != "report" && anchor != "apply" && anchor != "off")
     throw InputError(fmt::format("--anchor: '{}' is not one of report, apply, off", anchor));
+  const std::string placement = vm["placement"].as<std::string>();
+  if (placement != "report" && placement != "apply")
+    throw InputError(fmt::format("--placement: '{}' is not one of report, apply", placement));
   if (!vm.count("out")) throw InputError("--out is required: the folder for report.json and the CSVs");
   // A GPU that is not there: exit 2, saying why, before any calibration or folder.
   require_device(parse_device(setup.device));
@@ -134,6 +141,8 @@ int validate_command(int argc, const char* const* argv) {
   options.anchor = anchor == "off"     ? ValidationOptions::Anchor::Off
                    : anchor == "apply" ? ValidationOptions::Anchor::Apply
                                        : ValidationOptions::Anchor::Report;
+  options.placement = placement == "apply" ? ValidationOptions::PlacementCosting::Apply
+                                           : ValidationOptions::PlacementCosting::Report;
   ValidationResult result = run_validation(setup, workload, profile, profile_source, callbacks, options);
   if (!quiet && stderr_is_terminal()) std::fprintf(stderr, "\n");
   result.profile_saved_as = saved_as;

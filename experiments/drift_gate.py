@@ -23,8 +23,12 @@ share an L3, or on two CCDs, where a decode step runs 1.5x faster and a
 GEMM 7% slower (calib/placement.h). `validate` records the threads'
 placement before every iteration of the real run, and the share of
 iterations whose placement is not the one most of the calibration's anchor
-probes saw is the point's placement mismatch. The gate's score is the
-larger of the drift and the mismatch.
+probes saw is the point's placement mismatch. With `--placement apply`
+(each iteration costed in its placement by the profile's placement
+ratios), iterations in the other placement are costed too and do not
+count, and a probe taken there is compared with the calibration's probe
+scaled by the ratios. The gate's score is the larger of the drift and the
+mismatch.
 
 A point whose score is above `max_drift` is run again, up to `attempts`
 times; the attempt with the lowest score is kept in the point's folder,
@@ -53,28 +57,47 @@ def probes_of(point):
     return out
 
 
+def seconds_of(probe):
+    """A probe's decode seconds and GEMM seconds per TFLOP."""
+    return {"decode_s": probe["decode_iteration_s"], "gemm_s_per_tflop": 1e12 / probe["gemm_flops_per_s"]}
+
+
 def drift_of(point, anchor):
-    """The drift of one validate's output folder (0 without probes); see the module's text."""
-    p = probes_of(point)
-    if p["calibration_decode_s"] is None:
+    """The drift of one validate's output folder (0 without probes); see the
+    module's text. When validate costed each iteration in its placement
+    (--placement apply), a probe taken with the threads in the other
+    placement is compared with the calibration's expected probe there."""
+    with open(os.path.join(point, "report_replay.json")) as f:
+        report = json.load(f)
+    if not report.get("anchor", {}).get("measured"):
         return 0.0
+    probes = report["anchor"]["profiles"]["profile"]
+    other = probes.get("calibration_in_other_placement")
+
+    def reference(moment):
+        placement = (probes[moment].get("core_latency_ns") or {}).get("placement")
+        return other if other and placement == other["placement"] else probes["calibration"]
     drift = 0.0
     for probe in ("decode_s", "gemm_s_per_tflop"):
         if anchor == "apply":
-            ratios = [p["after_" + probe] / p["before_" + probe]]
+            ratios = [seconds_of(probes["after"])[probe] / seconds_of(probes["before"])[probe]]
         else:
-            ratios = [p[k + "_" + probe] / p["calibration_" + probe] for k in ("before", "after")]
+            ratios = [seconds_of(probes[k])[probe] / seconds_of(reference(k))[probe] for k in ("before", "after")]
         drift = max([drift] + [abs(r - 1) for r in ratios])
     return drift
 
 
 def placement_mismatch_of(point):
-    """Share of the real run's iterations in another placement than the
-    calibration's (0 when the placement was not watched or the calibration
-    did not record one)."""
+    """Share of the real run's iterations in a placement the prediction did
+    not cost them in: another than the calibration's, or with --placement
+    apply one the profile has no ratios for (0 when the placement was not
+    watched or the calibration did not record one)."""
     with open(os.path.join(point, "report_replay.json")) as f:
         placement = json.load(f).get("placement", {})
-    share = placement.get("run_share_in_calibration_placement") if placement.get("watched") else None
+    if not placement.get("watched"):
+        return 0.0
+    # With --placement apply the other placement is costed too.
+    share = placement.get("run_share_costed_in_its_placement", placement.get("run_share_in_calibration_placement"))
     return 0.0 if share is None else 1.0 - share
 
 

@@ -25,7 +25,10 @@ on two CCDs (calib/placement.h), which changes the decode speed by 1.5x:
 with --calibration-attempts N the calibration is repeated, up to N times,
 while fewer than 85% of its anchor probes saw one placement, and the gate
 above also reruns a point whose real run spent more than F of its
-iterations in the other placement.
+iterations in the other placement. With --placement apply each iteration
+is costed in the placement it ran in (validate --placement apply, by the
+full calibration's placement ratios), so only iterations in a placement
+the profile has no ratios for count.
 
 Usage: experiments/validation_cpu/run.py [--servesim PATH] [--out DIR] [--quick] [--max-drift F]
 
@@ -81,6 +84,9 @@ def main():
     ap.add_argument("--anchor", choices=["report", "apply", "off"], default="report",
                     help="validate's --anchor: report (default) reports the device's drift since calibration, "
                          "apply also re-anchors the predictions on it")
+    ap.add_argument("--placement", choices=["report", "apply"], default="report",
+                    help="validate's --placement: apply costs each iteration in the threads' placement it ran in, "
+                         "by the profile's placement ratios (calib/placement_ratios.h)")
     ap.add_argument("--profile", help="use this profile instead of calibrating one")
     ap.add_argument("--max-drift", type=float, default=0.0,
                     help="rerun a point whose anchor probes (a whole-model decode step and an n^3 GEMM, just "
@@ -129,7 +135,8 @@ def main():
                 lambda out: sh([opts.servesim, "validate", "--device", opts.device, "--model", opts.model,
                                 "--profile", profile, "--scheduler", scheduler, "--arrival", "poisson",
                                 "--rate", str(rate), "--num-requests", str(n), "--seed", "1", "--quiet",
-                                "--anchor", opts.anchor, "--out", out] + opts.validate_args.split()),
+                                "--anchor", opts.anchor, "--placement", opts.placement, "--out", out]
+                               + opts.validate_args.split()),
                 point, opts.anchor, opts.max_drift, opts.attempts, attempts)
             for mode in ["replay", "predict"]:
                 with open(os.path.join(point, f"report_{mode}.json")) as f:

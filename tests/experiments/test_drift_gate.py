@@ -79,6 +79,32 @@ class PlacementMismatch(InScratch):
         self.assertEqual(drift_gate.placement_mismatch_of(self.point), 0.0)
 
 
+class CostedInItsPlacement(InScratch):
+    def write(self, before_placement, share_costed):
+        write_point(self.point, (0.010, 1e11), (0.0068, 1e11), (0.0101, 1e11), share_in_calibration_placement=0.5)
+        path = os.path.join(self.point, "report_replay.json")
+        with open(path) as f:
+            report = json.load(f)
+        probes = report["anchor"]["profiles"]["profile"]
+        probes["before"]["core_latency_ns"] = {"before": 200, "after": 210, "placement": before_placement}
+        probes["after"]["core_latency_ns"] = {"before": 50, "after": 55, "placement": "near"}
+        probes["calibration_in_other_placement"] = dict(probe(0.007, 1e11), placement="far")
+        report["placement"]["run_share_costed_in_its_placement"] = share_costed
+        with open(path, "w") as f:
+            json.dump(report, f)
+
+    def test_a_probe_in_the_other_placement_is_compared_with_its_expected_value(self):
+        self.write("far", 1.0)
+        # before: 6.8 ms against 7.0 expected far (-2.9%); after: 10.1 against 10.0 (+1%)
+        self.assertAlmostEqual(drift_gate.drift_of(self.point, "report"), 0.2 / 7.0)
+        self.assertEqual(drift_gate.placement_mismatch_of(self.point), 0.0)
+
+    def test_without_its_placement_the_calibration_is_the_reference(self):
+        self.write("unknown", 0.9)
+        self.assertAlmostEqual(drift_gate.drift_of(self.point, "report"), 0.32)
+        self.assertAlmostEqual(drift_gate.placement_mismatch_of(self.point), 0.1)
+
+
 class ValidateGated(InScratch):
     def runner(self, afters):
         """run(out) writing attempt i with an `after` decode probe afters[i]."""
