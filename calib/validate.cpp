@@ -127,6 +127,31 @@ std::vector<double> cost_iterations(const std::vector<RecordedIteration>& iterat
   return costs;
 }
 
+// ------------------------------------------------------------ placement
+
+void cost_in_placement(const std::vector<RecordedIteration>& iterations, const PlacementRatios& ratios,
+                       std::vector<double>& costs) {
+  if (costs.size() != iterations.size())
+    throw std::invalid_argument(fmt::format("cost_in_placement: {} costs for {} iterations", costs.size(),
+                                            iterations.size()));
+  for (size_t i = 0; i < iterations.size(); ++i) {
+    const RecordedIteration& it = iterations[i];
+    costs[i] *= ratios.ratio(it.prefill_tokens, int64_t(it.sequences.size()), it.prefill_tokens + it.decode_tokens,
+                             placement_of(it.core_latency_ns));
+  }
+}
+
+void PlacementTimelineExecutor::execute(const IterationPlan& plan, IterationResult& result) {
+  inner_.execute(plan, result);
+  result.duration_s *= ratios_.ratio(plan, placement_at(clock_.now()));
+}
+
+Placement PlacementTimelineExecutor::placement_at(double t) const {
+  if (placements_.empty()) return Placement::Unknown;
+  const auto after = std::upper_bound(starts_s_.begin(), starts_s_.end(), t);
+  return placements_[after == starts_s_.begin() ? 0 : size_t(after - starts_s_.begin()) - 1];
+}
+
 // ------------------------------------------------------------ replay
 
 RunRecords replay_timing(const RunRecords& measured, const std::vector<RecordedIteration>& iterations,
@@ -424,35 +449,6 @@ nlohmann::json placement_json(const std::vector<RecordedIteration>& iterations, 
   return j;
 }
 
-// Multiplies a ProfileModel's cost by the placement ratio of the placement
-// the real run had at the simulated time (ValidationOptions::placement).
-class PlacementTimelineExecutor final : public Executor {
- public:
-  PlacementTimelineExecutor(Executor& inner, const Clock& clock, const PlacementRatios& ratios,
-                            std::vector<double> starts_s, std::vector<Placement> placements)
-      : inner_(inner), clock_(clock), ratios_(ratios), starts_s_(std::move(starts_s)),
-        placements_(std::move(placements)) {}
-  std::string name() const override { return inner_.name(); }
-  void execute(const IterationPlan& plan, IterationResult& result) override {
-    inner_.execute(plan, result);
-    result.duration_s *= ratios_.ratio(plan, placement_at(clock_.now()));
-  }
-  void on_request_finished(int64_t request_id) override { inner_.on_request_finished(request_id); }
-
- private:
-  // The placement of the real run's last iteration that started by t (its
-  // first before it).
-  Placement placement_at(double t) const {
-    if (placements_.empty()) return Placement::Unknown;
-    const auto after = std::upper_bound(starts_s_.begin(), starts_s_.end(), t);
-    return placements_[after == starts_s_.begin() ? 0 : size_t(after - starts_s_.begin()) - 1];
-  }
-  Executor& inner_;
-  const Clock& clock_;
-  const PlacementRatios& ratios_;
-  std::vector<double> starts_s_;
-  std::vector<Placement> placements_;
-};
 
 }  // namespace
 
@@ -533,13 +529,7 @@ ValidationResult run_validation(const EngineSetup& setup, const Workload& worklo
   } else {
     v.predicted_iteration_s = cost_iterations(v.iterations, cost_model, v.measured.scheduler.block_size);
   }
-  if (placement_applied)
-    for (size_t i = 0; i < v.iterations.size(); ++i) {
-      const RecordedIteration& it = v.iterations[i];
-      v.predicted_iteration_s[i] *=
-          profile.placement_ratios->ratio(it.prefill_tokens, int64_t(it.sequences.size()),
-                                          it.prefill_tokens + it.decode_tokens, placement_of(it.core_latency_ns));
-    }
+  if (placement_applied) cost_in_placement(v.iterations, *profile.placement_ratios, v.predicted_iteration_s);
   std::vector<double> measured_s;
   std::vector<IterationKind> kinds;
   for (const RecordedIteration& it : v.iterations) {

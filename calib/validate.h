@@ -20,13 +20,16 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "calib/calibrate.h"
+#include "calib/placement_ratios.h"
 #include "calib/profile.h"
 #include "kernels/decoder/engine.h"
+#include "sim/clock.h"
 #include "sim/executor.h"
 #include "sim/metrics.h"
 #include "sim/scheduler.h"
@@ -82,6 +85,34 @@ class RecordingExecutor final : public Executor {
   Executor& inner_;
   std::vector<RecordedIteration>& out_;
   int placement_threads_;
+};
+
+// Multiplies costs[i] by `ratios`' ratio for iteration i in the placement
+// it ran in (calib/placement_ratios.h; 1 in the tables' own or unknown).
+void cost_in_placement(const std::vector<RecordedIteration>& iterations, const PlacementRatios& ratios,
+                       std::vector<double>& costs);
+
+// Forwards to `inner` (a cost model) and multiplies its cost by `ratios`'
+// ratio for the placement a real run had at the simulated time: the
+// placement of its last iteration that started by then (`starts_s`,
+// increasing, with `placements`), its first before that.
+class PlacementTimelineExecutor final : public Executor {
+ public:
+  PlacementTimelineExecutor(Executor& inner, const Clock& clock, const PlacementRatios& ratios,
+                            std::vector<double> starts_s, std::vector<Placement> placements)
+      : inner_(inner), clock_(clock), ratios_(ratios), starts_s_(std::move(starts_s)),
+        placements_(std::move(placements)) {}
+  std::string name() const override { return inner_.name(); }
+  void execute(const IterationPlan& plan, IterationResult& result) override;
+  void on_request_finished(int64_t request_id) override { inner_.on_request_finished(request_id); }
+  Placement placement_at(double t) const;
+
+ private:
+  Executor& inner_;
+  const Clock& clock_;
+  const PlacementRatios& ratios_;
+  std::vector<double> starts_s_;
+  std::vector<Placement> placements_;
 };
 
 // Rebuilds a recorded plan for a cost model. Block tables are zero-filled

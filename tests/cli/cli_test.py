@@ -552,6 +552,15 @@ def validate_refuses_other_model(ctx):
     expect_input_error(ctx, ["simulate", "--model", "small-110m", "--profile", profile], ["tiny-15m"])
 
 
+@case
+def placement_flag_errors(ctx):
+    # The threads' placement flags name what is wrong, before anything runs.
+    expect_input_error(ctx, ["validate", "--placement", "sometimes", "--out", ctx.path("v")],
+                       ["--placement", "sometimes"])
+    expect_input_error(ctx, ["calibrate", "--quick", "--placement-seconds", "7200", "--out", ctx.path("p.json")],
+                       ["--placement-seconds", "7200"])
+
+
 def run_case_from_argv(cases, description):
     """The command line every tests/cli/*_test.py script shares: --list, or run one case."""
     ap = argparse.ArgumentParser(description=description)
