@@ -4,14 +4,15 @@
 // The 2-core KVM guest servesim is developed on (AMD EPYC, family 26) has
 // its two vCPUs moved between the host's cores, seconds to minutes apart:
 // sometimes onto cores that share an L3 (a cache line crosses from one
-// thread to the other in 36-65 ns), sometimes onto different CCDs
-// (167-228 ns). The decoder's speed follows the placement. Measured with the
-// anchor probe on 2026-11-29:
-//   - threads near: a small-110m decode step took 8.6-11 ms, and the
-//     1024^3 GEMM probe ran at 350-370 GFLOP/s;
-//   - threads far: the decode step took 6.0-7.8 ms (each CCD has its own
-//     link to memory, so two CCDs stream the weights faster), and the GEMM
-//     probe ran at 325-345 GFLOP/s.
+// thread to the other in about 50 ns), sometimes onto different CCDs
+// (about 200 ns). The decoder's speed follows the placement. Measured with
+// the anchor probes over 240 s on 2026-11-29 (experiments/placement/run.sh,
+// results in experiments/results/cpu/placement/):
+//   - threads near (425 probes): a small-110m decode step took 9.31 ms
+//     (median), and the 1024^3 GEMM probe ran at 345 GFLOP/s;
+//   - threads far (685 probes): the decode step took 6.73 ms (each CCD has
+//     its own link to memory, so two CCDs stream the weights faster), and
+//     the GEMM probe ran at 334 GFLOP/s.
 // A prediction can be compared with a real run only if both saw the same
 // placement. The calibration's anchor probes and every iteration of a
 // validation's real run therefore record it (calib/anchor.h,

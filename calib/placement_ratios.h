@@ -3,11 +3,12 @@
 // tables were measured in.
 //
 // The two placements do not differ by one factor: on the 2-core VM
-// (2026-11-29, whole small-110m iterations, 590 far and 272 near samples of
-// each, interleaved) far / near was 0.74 for a 1-sequence decode step, 0.92
-// for 4 sequences, 1.04 for 16, and 1.04 for a 256-token prefill: two CCDs
-// stream the weights faster, while batched work is compute-bound and its
-// threads synchronise across the CCDs. So the calibration measures the
+// (2026-11-29, whole small-110m iterations, 22-23 near and 12-13 far
+// samples of each; experiments/results/cpu/placement/profile.json) far /
+// near was 0.75 for a 1-sequence decode step, 0.82 for 2, 0.99 for 4, 1.04
+// for 8 to 32, and 1.01-1.05 for prefills of 32-512 tokens: two CCDs stream
+// the weights faster, while batched work is compute-bound and its threads
+// synchronise across the CCDs. So the calibration measures the
 // ratio on a ladder of iteration shapes: decode steps of B sequences
 // (kDecodeBatches, `context` tokens each) and prefills of T tokens
 // (kPrefillTokens), each shape timed repeatedly in both placements as the

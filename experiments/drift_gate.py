@@ -19,8 +19,8 @@ speed does not (on the 2-core VM: decode probe within 1% of calibration
 while the GEMM probe ran 5-14% slower).
 
 The VM also moves its two vCPUs between the host's cores: on cores that
-share an L3, or on two CCDs, where a decode step runs 1.5x faster and a
-GEMM 7% slower (calib/placement.h). `validate` records the threads'
+share an L3, or on two CCDs, where a decode step runs 1.4x faster and a
+GEMM 3% slower (calib/placement.h). `validate` records the threads'
 placement before every iteration of the real run, and the share of
 iterations whose placement is not the one most of the calibration's anchor
 probes saw is the point's placement mismatch. With `--placement apply`

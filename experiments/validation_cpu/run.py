@@ -21,7 +21,7 @@ drifted least is kept, attempts.csv lists every attempt and the
 NAME.attemptN folders keep each attempt's reports.
 
 The VM also moves its two vCPUs between cores that share an L3 and cores
-on two CCDs (calib/placement.h), which changes the decode speed by 1.5x:
+on two CCDs (calib/placement.h), which changes the decode speed by about 1.4x:
 with --calibration-attempts N the calibration is repeated, up to N times,
 while fewer than 85% of its anchor probes saw one placement, and the gate
 above also reruns a point whose real run spent more than F of its
