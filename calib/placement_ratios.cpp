@@ -154,7 +154,7 @@ std::optional<PlacementRatios> measure_placement_ratios(Executor& executor, int3
     const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
     if (elapsed > s.max_seconds || enough()) break;
     if (elapsed > next_note_s) {
-      say(fmt::format("placement ratios: {:.0f} s, {} rounds in {}, {} in {}", elapsed,
+      say(fmt::format("placement ratios: {:.0f} s, the largest prefill timed {} times {} and {} times {}", elapsed,
                       in_reference.back().size(), to_string(reference), in_other.back().size(), to_string(other)));
       next_note_s += 30;
     }

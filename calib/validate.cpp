@@ -449,7 +449,6 @@ nlohmann::json placement_json(const std::vector<RecordedIteration>& iterations, 
   return j;
 }
 
-
 }  // namespace
 
 ValidationResult run_validation(const EngineSetup& setup, const Workload& workload,
