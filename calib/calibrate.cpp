@@ -964,8 +964,17 @@ DeviceProfile calibrate(const CalibrationOptions& options, std::function<void(co
       a["placement"].push_back(to_string(probe.placement()));
     }
     a["placement_counts"] = {{"near", placements.near}, {"far", placements.far}, {"unknown", placements.unknown}};
+    // Each placement's own median (from 2 probes on): what a validation's
+    // probe taken in that placement is compared with (drift_gate.py).
+    for (Placement placement : {Placement::Near, Placement::Far}) {
+      std::vector<AnchorProbe> in_placement;
+      for (const AnchorProbe& probe : probes)
+        if (probe.placement() == placement) in_placement.push_back(probe);
+      if (in_placement.size() >= 2) a["by_placement"][to_string(placement)] = median_probe(in_placement).to_json();
+    }
     a["meaning"] = "the anchor probes before each family and at the end, each with the threads' placement "
-                   "(calib/placement.h); the profile's anchor is the median of those in the placement most saw";
+                   "(calib/placement.h); the profile's anchor is the median of those in the placement most saw; "
+                   "by_placement: the median in each placement that 2 or more probes saw";
   }
   m["iteration_overhead"] = {{"plan", fmt::format("1 decode token, {} cached", context - 1)},
                              {"layers", weight_layers},

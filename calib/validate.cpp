@@ -508,14 +508,26 @@ ValidationResult run_validation(const EngineSetup& setup, const Workload& worklo
     v.warnings.push_back("--placement apply: not applied (" + placement_not_applied + ")");
   if (placement_applied && v.anchor.value("measured", false) && v.anchor["profiles"].contains("profile")) {
     // The anchor probes' expected values in the other placement, for a
-    // probe taken there: the decode probe by the 1-sequence decode ratio,
-    // the GEMM probe by the largest prefill's ratio.
+    // probe taken there: the calibration's own probes in that placement
+    // (their median) when 2 or more were, else the anchor scaled by the
+    // ratios (the decode probe by the 1-sequence decode step's, the GEMM
+    // probe by the largest prefill's).
     const PlacementRatios& r = *profile.placement_ratios;
-    nlohmann::json other = profile.anchor->to_json();
+    const nlohmann::json* measured = nullptr;
+    if (profile.metadata.contains("anchor_probes") && profile.metadata["anchor_probes"].contains("by_placement") &&
+        profile.metadata["anchor_probes"]["by_placement"].contains(to_string(r.other)))
+      measured = &profile.metadata["anchor_probes"]["by_placement"][to_string(r.other)];
+    nlohmann::json other = measured ? AnchorProbe::from_json(*measured, profile_source).to_json()
+                                    : profile.anchor->to_json();
     other.erase("core_latency_ns");
     other["placement"] = to_string(r.other);
-    other["decode_iteration_s"] = profile.anchor->decode_iteration_s * r.decode_ratio.front();
-    other["gemm_flops_per_s"] = profile.anchor->gemm_flops_per_s / r.prefill_ratio.back();
+    if (measured) {
+      other["from"] = "the calibration's anchor probes in that placement (median)";
+    } else {
+      other["decode_iteration_s"] = profile.anchor->decode_iteration_s * r.decode_ratio.front();
+      other["gemm_flops_per_s"] = profile.anchor->gemm_flops_per_s / r.prefill_ratio.back();
+      other["from"] = "the anchor scaled by the placement ratios";
+    }
     v.anchor["profiles"]["profile"]["calibration_in_other_placement"] = other;
   }
 

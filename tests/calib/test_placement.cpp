@@ -9,9 +9,11 @@
 #include <vector>
 
 #include "calib/anchor.h"
+#include "calib/calibrate.h"
 #include "calib/placement.h"
 #include "calib/validate.h"
 #include "sim/errors.h"
+#include "sim/test_support.h"
 
 using namespace servesim;
 
@@ -137,3 +139,45 @@ TEST_CASE("placement: the recording executor watches the threads before each ite
   }
   CHECK(measured > 0);
 }
+
+TEST_CASE("placement: a two-thread calibration records each probe's placement and each placement's median",
+          "[serial]") {
+  if (omp_get_num_procs() < 2) return;
+  CalibrationOptions o;
+  o.model = test::small_model("test-placement-tiny", 64, 160, 2, 4, 2, 16, 500, 512, "float32");
+  o.quick = true;
+  o.threads = 2;
+  o.max_batched_tokens = 64;
+  o.max_num_seqs = 8;
+  o.stream_array_bytes = 8 << 20;
+  o.gemm_ceiling_size = 128;
+  o.min_time_s = 0.001;
+  const DeviceProfile p = calibrate(o);
+  const nlohmann::json& a = p.metadata.at("anchor_probes");
+  const auto placements = a.at("placement").get<std::vector<std::string>>();
+  REQUIRE(placements.size() == a.at("decode_iteration_s").size());
+  const auto decode = a.at("decode_iteration_s").get<std::vector<double>>();
+  for (const char* name : {"near", "far"}) {
+    INFO(name);
+    std::vector<double> in_placement;
+    for (size_t i = 0; i < placements.size(); ++i)
+      if (placements[i] == name) in_placement.push_back(decode[i]);
+    CHECK(a.at("placement_counts").at(name).get<size_t>() == in_placement.size());
+    const bool has_median = a.contains("by_placement") && a["by_placement"].contains(name);
+    CHECK(has_median == (in_placement.size() >= 2));
+    if (has_median) {
+      std::vector<AnchorProbe> probes;
+      for (double d : in_placement) {
+        AnchorProbe x;
+        x.decode_iteration_s = d;
+        x.gemm_flops_per_s = 1;
+        probes.push_back(x);
+      }
+      CHECK(a["by_placement"][name].at("decode_iteration_s").get<double>() ==
+            Approx(median_probe(probes).decode_iteration_s));
+    }
+  }
+  // Quick mode times no placement ratios unless asked.
+  CHECK_FALSE(p.placement_ratios.has_value());
+}
+
