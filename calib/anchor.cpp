@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "calib/calibration_common.h"
 #include "calib/ceilings.h"
 #include "kernels/decoder/decoder_executor.h"
 #include "kernels/decoder/host_weights.h"
@@ -17,12 +18,6 @@
 
 namespace servesim {
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 double field(const nlohmann::json& j, const char* name, const std::string& source) {
   if (!j.contains(name) || !j[name].is_number() || !(j[name].get<double>() > 0))
@@ -120,11 +115,11 @@ AnchorProbe AnchorProber::measure() {
     st.executor->execute(st.plan, result);
     if (i >= 3) times.push_back(result.duration_s);  // three warm-up steps
   }
-  probe.decode_iteration_s = median(times);
+  probe.decode_iteration_s = calibration::median(times);
   // The GEMM probe.
   times.clear();
   for (int i = 0; i < std::max(3, settings_.repetitions / 4); ++i) times.push_back(st.gemm->pass());
-  probe.gemm_flops_per_s = st.gemm->flops() / median(times);
+  probe.gemm_flops_per_s = st.gemm->flops() / calibration::median(times);
   probe.core_latency_after_ns = core_to_core_latency_ns(st.threads);
   omp_set_num_threads(saved_threads);
   return probe;
@@ -140,8 +135,8 @@ AnchorProbe median_probe(const std::vector<AnchorProbe>& probes) {
     decode.push_back(p.decode_iteration_s);
     gemm.push_back(p.gemm_flops_per_s);
   }
-  m.decode_iteration_s = median(decode);
-  m.gemm_flops_per_s = median(gemm);
+  m.decode_iteration_s = calibration::median(decode);
+  m.gemm_flops_per_s = calibration::median(gemm);
   return m;
 }
 

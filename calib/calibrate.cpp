@@ -480,8 +480,10 @@ DeviceProfile calibrate(const CalibrationOptions& options, std::function<void(co
   // Two decoders live through the whole calibration: the anchor probe's and
   // the whole-model one of the in-situ prefills and the iteration overhead.
   // At the end the placement ratios' decoder takes the whole-model one's
-  // place, with KV for 32 sequences of 257 tokens (calib/placement_ratios.h).
-  const double ladder_kv_bytes = 32.0 * double(ceil_div(257, bs)) * bs * per_token_kv;
+  // place, with KV for its largest decode batch (calib/placement_ratios.h).
+  const PlacementRatioSettings ladder_defaults;
+  const double ladder_kv_bytes = double(ladder_defaults.decode_batches.back()) *
+                                 double(ceil_div(ladder_defaults.context + 1, bs)) * bs * per_token_kv;
   const double peak = 2 * decoder_bytes + std::max(copies_bytes + kv_bytes + activations, ladder_kv_bytes);
   const double physical = physical_memory_bytes();
   // A model the CPU decoder cannot hold (`servesim run` refuses it) is not
@@ -862,12 +864,14 @@ DeviceProfile calibrate(const CalibrationOptions& options, std::function<void(co
     ladder.threads = threads;
     ladder.max_seconds = placement_seconds;
     ladder.context = std::min<int64_t>(256, resolved_max_context(options) - 1);
-    ladder.decode_batches.clear();
-    for (int64_t b : {1, 2, 4, 8, 16, 32})
-      if (b <= options.max_num_seqs) ladder.decode_batches.push_back(b);
-    ladder.prefill_tokens.clear();
-    for (int64_t t : {32, 128, 512})
-      if (t <= options.max_batched_tokens && t <= resolved_max_context(options)) ladder.prefill_tokens.push_back(t);
+    // The default ladder, within the calibration's limits.
+    std::erase_if(ladder.decode_batches, [&](int64_t b) { return b > options.max_num_seqs; });
+    std::erase_if(ladder.prefill_tokens, [&](int64_t t) {
+      return t > options.max_batched_tokens || t > resolved_max_context(options);
+    });
+    // A profile's ladders are never empty (PlacementRatios::from_json).
+    if (ladder.prefill_tokens.empty())
+      ladder.prefill_tokens.push_back(std::min<int64_t>(options.max_batched_tokens, resolved_max_context(options)));
     const int64_t blocks = std::max(ladder.decode_batches.back() * ceil_div(ladder.context + 1, bs),
                                     ceil_div(ladder.prefill_tokens.empty() ? 1 : ladder.prefill_tokens.back(), bs));
     CpuDecoderOptions decoder_options;

@@ -7,16 +7,11 @@
 
 #include <fmt/format.h>
 
+#include "calib/calibration_common.h"
 #include "sim/errors.h"
 
 namespace servesim {
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 // Linear in log x between the points of (xs, ys); the end values beyond.
 double log_interpolate(const std::vector<double>& xs, const std::vector<double>& ys, double x) {
@@ -90,8 +85,16 @@ PlacementRatios PlacementRatios::from_json(const nlohmann::json& j, const std::s
   read_ladder(j, "decode_batch", "decode_ratio", source, r.decode_batch, r.decode_ratio);
   read_ladder(j, "prefill_tokens", "prefill_ratio", source, r.prefill_tokens, r.prefill_ratio);
   r.context = j.value("context", int64_t(0));
-  if (j.contains("samples_reference")) r.samples_reference = j["samples_reference"].get<std::vector<int64_t>>();
-  if (j.contains("samples_other")) r.samples_other = j["samples_other"].get<std::vector<int64_t>>();
+  for (auto [name, samples] : {std::pair{"samples_reference", &r.samples_reference}, {"samples_other", &r.samples_other}}) {
+    if (!j.contains(name)) continue;
+    if (!j[name].is_array())
+      throw InputError(fmt::format("{}: placement_ratios.{} must be an array of counts", source, name));
+    for (const nlohmann::json& n : j[name]) {
+      if (!n.is_number_integer() || n.get<int64_t>() < 0)
+        throw InputError(fmt::format("{}: placement_ratios.{} must hold counts >= 0", source, name));
+      samples->push_back(n.get<int64_t>());
+    }
+  }
   return r;
 }
 
@@ -175,7 +178,7 @@ std::optional<PlacementRatios> measure_placement_ratios(Executor& executor, int3
   r.other = other;
   r.context = s.context;
   for (size_t k = 0; k < plans.size(); ++k) {
-    const double ratio = median(in_other[k]) / median(in_reference[k]);
+    const double ratio = calibration::median(in_other[k]) / calibration::median(in_reference[k]);
     if (k < s.decode_batches.size()) {
       r.decode_batch.push_back(double(s.decode_batches[k]));
       r.decode_ratio.push_back(ratio);

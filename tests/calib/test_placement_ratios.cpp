@@ -86,6 +86,8 @@ TEST_CASE("placement ratios: round-trip through JSON, malformed ones refused by 
   refused("decode_ratio", nlohmann::json::array({1.3}), "differ in length");
   refused("prefill_ratio", nlohmann::json::array({0.9, -1}), "> 0");
   refused("prefill_tokens", nlohmann::json::array(), "non-empty");
+  refused("samples_other", "many", "placement_ratios.samples_other");
+  refused("samples_reference", nlohmann::json::array({3, -1}), "counts >= 0");
 }
 
 TEST_CASE("placement ratios: not measured when the placement cannot be told (one thread)") {
