@@ -23,5 +23,7 @@ for bin in gpu-bundle/servesim*; do
 done | sort -u | grep -vE '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas[^/]*)\.so' \
   | while read -r lib; do cp -L "$lib" gpu-bundle/lib/; done
 strip gpu-bundle/servesim* 2>/dev/null || true
+# The commit the binaries were built from (the device machine gets no .git).
+echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- ':!experiments' ':!scripts' ':!*.md' || echo -dirty)" >gpu-bundle/commit.txt
 du -sh gpu-bundle
 ls gpu-bundle gpu-bundle/lib

@@ -40,8 +40,14 @@ step() {
   fi
 }
 
-export LD_LIBRARY_PATH="$repo/gpu-bundle/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+# CUDA 13 puts its libraries under lib64 or lib, depending on the package.
+export LD_LIBRARY_PATH="$repo/gpu-bundle/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:/usr/local/cuda/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}"
 export PATH="/usr/local/cuda/bin:$PATH"
+# Where the toolkit's own libraries are missing, the CUDA 13 wheels beside
+# PyTorch hold the same cudart and cuBLAS.
+for d in /opt/torch/.venv/lib/python3*/site-packages/nvidia/cu13/lib /opt/torch/.venv/lib/python3*/site-packages/nvidia/*/lib; do
+  [ -d "$d" ] && LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$d"
+done
 
 # --- 1. binaries ---------------------------------------------------------------
 if [ -x "$repo/gpu-bundle/servesim" ] && "$repo/gpu-bundle/servesim" --help >/dev/null 2>&1; then
@@ -51,6 +57,7 @@ if [ -x "$repo/gpu-bundle/servesim" ] && "$repo/gpu-bundle/servesim" --help >/de
   log "using the prebuilt binaries in gpu-bundle/"
 else
   log "no runnable gpu-bundle/: building here"
+  [ -x "$repo/gpu-bundle/servesim" ] && { ldd "$repo/gpu-bundle/servesim" | grep 'not found'; "$repo/gpu-bundle/servesim" --help 2>&1 | head -3; } >>"$out/log.txt" 2>&1
   build=$work/build
   step build 300 bash -c "cmake -S '$repo' -B '$build' -G Ninja -DCMAKE_BUILD_TYPE=Release -DSERVESIM_CUDA=ON \
       -DSERVESIM_BUILD_BENCH=ON && cmake --build '$build' -j \$(nproc) --target servesim servesim_cuda_tests \
@@ -65,18 +72,23 @@ fi
 
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  echo "commit: $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || cat "$repo/.commit" 2>/dev/null || echo unknown)"
+  echo "commit: $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || cat "$repo/gpu-bundle/commit.txt" 2>/dev/null || echo unknown)"
   echo "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null)"
   echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //') ($(nproc) cores)"
 } >"$work/machine.txt"
 cat "$work/machine.txt" >>"$out/log.txt"
+ldd "$servesim" | grep -E "cuda|cublas|not found" >>"$out/log.txt" 2>&1
 step device-query 30 "$query"
+nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw,utilization.gpu --format=csv >>"$out/log.txt" 2>&1
 
 # --- 2. tests --------------------------------------------------------------------
-step cuda-tests 120 "$tests" --reporter junit --out "$work/cuda_tests.xml" --durations yes
+# The console reporter: a test case that fails shows its expressions, and
+# --durations prints each case as it ends, so a run cut short shows where.
+step cuda-tests 100 "$tests" --durations yes --out "$work/cuda_tests.txt"
+tail -n 40 "$work/cuda_tests.txt" >>"$out/log.txt" 2>/dev/null
 
 # --- 3. efficiency benchmark ---------------------------------------------------------
-step bench 90 "$bench" --model llama-3.1-8b --json "$work/bench_llama-3.1-8b.json"
+step bench 60 "$bench" --model llama-3.1-8b --json "$work/bench_llama-3.1-8b.json"
 
 # --- 4 and 5. calibration and validation -------------------------------------------------
 # Prompts uniform 16..256, outputs 16..128 (run's defaults). The rates are
@@ -90,8 +102,9 @@ validate() {  # MODEL LOADS LIMIT
     --calibrate-args="--quick --max-num-batched-tokens 8192 --max-context 4096" \
     --validate-args="--kv-cache-memory 24GiB --max-num-seqs 256 --max-num-batched-tokens 8192"
 }
-validate llama-3.2-1b "light:10:60,near-saturation:150:300,overloaded:600:300" 110
-validate llama-3.1-8b "light:5:40,near-saturation:60:200,overloaded:240:200" 150
+validate llama-3.2-1b "light:10:60,near-saturation:150:300,overloaded:600:300" 100
+validate llama-3.1-8b "light:5:40,near-saturation:60:200,overloaded:240:200" 130
+nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv >>"$out/log.txt" 2>&1
 
 # --- 6. summary ------------------------------------------------------------------------------
 {

@@ -8,11 +8,23 @@ import csv
 import glob
 import json
 import os
+import re
 import sys
 import xml.etree.ElementTree as ET
 
 
 def tests(work):
+    """Counts from the Catch2 console report's last lines (or a JUnit XML)."""
+    text_path = os.path.join(work, "cuda_tests.txt")
+    if os.path.exists(text_path):
+        text = open(text_path, errors="replace").read()
+        m = re.search(r"All tests passed \((\d+) assertions? in (\d+) test cases?\)", text)
+        if m:
+            return f"[cuda] tests: {m.group(2)} test cases, 0 failed ({m.group(1)} assertions)"
+        m = re.search(r"test cases:\s*(\d+)\s*\|\s*(\d+) passed\s*\|\s*(\d+) failed", text)
+        if m:
+            return f"[cuda] tests: {m.group(1)} test cases, {m.group(3)} failed"
+        return "[cuda] tests: the report has no totals (cut short?); see cuda_tests.txt"
     path = os.path.join(work, "cuda_tests.xml")
     if not os.path.exists(path):
         return "[cuda] tests: no report"

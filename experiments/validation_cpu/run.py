@@ -76,6 +76,13 @@ def placement_share(profile):
     return max(counts["near"], counts["far"]) / total if total else 1.0
 
 
+def write_summary(out, rows):
+    with open(os.path.join(out, "summary.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--servesim", default=os.path.join(ROOT, "build/release/cli/servesim"))
@@ -162,10 +169,7 @@ def main():
                       f"TPOT p50 {rows[-1]['tpot_p50_rel_error']:+.3f} p90 {rows[-1]['tpot_p90_rel_error']:+.3f} "
                       f"(attempt {attempt}, gate score {drift:.3f})",
                       file=sys.stderr)
-    with open(os.path.join(opts.out, "summary.csv"), "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+            write_summary(opts.out, rows)  # after every point: a run cut short keeps what it measured
 
     if opts.max_drift > 0:
         with open(os.path.join(opts.out, "attempts.csv"), "w", newline="") as f:
