@@ -128,10 +128,21 @@ DeviceProfile calibrate_cuda(const CalibrationOptions& options, std::function<vo
   const int64_t context = grids.decode_context.front();
   const std::vector<int64_t> in_situ = calibration::in_situ_lengths(options, max_context);
   const int64_t whole_tokens = std::max<int64_t>(context, in_situ.empty() ? 1 : in_situ.back());
-  const int64_t decoder_blocks = ceil_div(whole_tokens, bs);
+  // Whole decode steps of 1 .. max_num_seqs sequences at a context of 256
+  // (the validation workloads' typical one) for the decode-step factor.
+  const int64_t step_cached = std::min<int64_t>(256, max_context) - 1;
+  std::vector<int64_t> step_batches;
+  for (int64_t b : {1, 4, 16, 64, 256})
+    if (b <= options.max_num_seqs) step_batches.push_back(b);
+  const int64_t step_sequences = step_batches.empty() ? 0 : step_batches.back();
+  const int64_t decoder_blocks = std::max(ceil_div(whole_tokens, bs),
+                                          calibration::DecodeStepPlan::blocks(step_sequences, step_cached, bs));
   const double decoder_bytes = double(m.L) * m.layer_weight_bytes() + head_bytes +
                                double(m.L * decoder_blocks * bs) * m.kv_bytes_per_token() +
-                               m.scratch_bytes(double(whole_tokens), 1, 1) + 32 * kMiB;
+                               m.scratch_bytes(double(std::max(whole_tokens, step_sequences)),
+                                               double(std::max<int64_t>(1, step_sequences)),
+                                               double(std::max<int64_t>(1, step_sequences))) +
+                               32 * kMiB;
   const double flush_bytes = 2.0 * double(l2);
   const double ceilings_bytes = cuda_calib::ceilings_bytes(ceiling_sizes);
   // Refused before anything runs when a phase cannot fit (each phase frees
@@ -371,8 +382,10 @@ DeviceProfile calibrate_cuda(const CalibrationOptions& options, std::function<vo
   for (int64_t t : in_situ) in_situ_text += (in_situ_text.empty() ? "" : ", ") + std::to_string(t);
   announce("iteration_overhead",
            fmt::format("a 1-token decode at context {} through DecoderExecutor on the CUDA decoder ({} layers, "
-                       "median of {}), minus its kernels; whole-model prefills of {} tokens for the in-situ factor",
-                       context, m.L, decode_repetitions, in_situ_text));
+                       "median of {}), minus its kernels; whole-model prefills of {} tokens for the in-situ factor; "
+                       "decode steps of {} sequences at context {} for the decode-step factor",
+                       context, m.L, decode_repetitions, in_situ_text, calibration::axis_text(step_batches),
+                       step_cached + 1));
   require_free_memory(fmt::format("{}'s bf16 decoder", model.name), decoder_bytes, device, model);
   double measured_decode_s = 0, predicted_decode_s = 0;
   {
@@ -391,6 +404,7 @@ DeviceProfile calibrate_cuda(const CalibrationOptions& options, std::function<vo
     p.iteration_overhead_s = std::max(0.0, measured_decode_s - predicted_decode_s);
     executor.on_request_finished(1);
     calibration::measure_in_situ(p, executor, in_situ, bs, timing.repetitions, say);
+    calibration::measure_decode_in_situ(p, executor, step_batches, step_cached, bs, decode_repetitions, say);
   }
 
   // ---- provenance.
@@ -464,6 +478,12 @@ DeviceProfile calibrate_cuda(const CalibrationOptions& options, std::function<vo
                                   "warm-ups", decode_repetitions)},
       {"predicted_kernels_s", predicted_decode_s},
       {"clamped_at_zero", measured_decode_s < predicted_decode_s}};
+  meta["decode_in_situ"] = {
+      {"plan", fmt::format("decode steps of {} sequences, one token each after {} cached",
+                           calibration::axis_text(step_batches), step_cached)},
+      {"measured_by", fmt::format("DecoderExecutor on the CUDA decoder (CUDA graph replay), median of {} after 3 "
+                                  "warm-ups, over the tables' prediction with gemm_in_situ and the overhead",
+                                  decode_repetitions)}};
   if (!options.raw_benchmarks_path.empty()) {
     p.raw_benchmarks_file = std::filesystem::path(options.raw_benchmarks_path).filename().string();
     const nlohmann::json context_json = {{"date", meta["date"]},

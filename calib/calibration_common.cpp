@@ -139,10 +139,31 @@ OneSequencePlan::OneSequencePlan(int64_t request_id, int64_t query, int64_t cach
   plan_.add(seq);
 }
 
+int64_t DecodeStepPlan::blocks(int64_t sequences, int64_t cached, int32_t block_size) {
+  return sequences * ceil_div(cached + 1, block_size);
+}
+
+DecodeStepPlan::DecodeStepPlan(int64_t sequences, int64_t cached, int32_t block_size)
+    : tables_(size_t(sequences)), blocks_(blocks(sequences, cached, block_size)) {
+  const int64_t per_sequence = ceil_div(cached + 1, block_size);
+  for (int64_t i = 0; i < sequences; ++i) {
+    for (int64_t b = 0; b < per_sequence; ++b) tables_[size_t(i)].push_back(int32_t(i * per_sequence + b));
+    ScheduledSequence seq;
+    seq.request_id = i + 1;
+    seq.num_query_tokens = 1;
+    seq.num_cached_tokens = int32_t(cached);
+    seq.is_prefill = false;
+    seq.samples = true;
+    seq.block_table = tables_[size_t(i)];
+    plan_.add(seq);
+  }
+}
+
 double tables_seconds(const DeviceProfile& p, const IterationPlan& plan) {
   DeviceProfile tables = p;
   tables.iteration_overhead_s = 0;
   tables.gemm_in_situ = {};
+  tables.decode_in_situ = {};
   return ProfileModel(std::move(tables), p.model, "calibration").breakdown(plan).total();
 }
 
@@ -173,6 +194,32 @@ void measure_in_situ(DeviceProfile& p, Executor& executor, const std::vector<int
     measured.push_back(median_execute_s(executor, prefill.plan(), 1, repetitions));
   }
   set_in_situ(p, lengths, measured, block_size, say);
+}
+
+void measure_decode_in_situ(DeviceProfile& p, Executor& executor, const std::vector<int64_t>& batches,
+                            int64_t cached, int32_t block_size, int repetitions,
+                            const std::function<void(const std::string&)>& say) {
+  std::vector<double> measured;
+  for (int64_t b : batches) {
+    const DecodeStepPlan step(b, cached, block_size);
+    measured.push_back(median_execute_s(executor, step.plan(), 3, repetitions));
+  }
+  const int64_t largest = batches.empty() ? 0 : *std::max_element(batches.begin(), batches.end());
+  for (int64_t id = 1; id <= largest; ++id) executor.on_request_finished(id);
+  DeviceProfile without = p;
+  without.decode_in_situ = {};
+  const ProfileModel model(std::move(without), p.model, "calibration");
+  p.decode_in_situ = {};
+  for (size_t i = 0; i < batches.size(); ++i) {
+    const DecodeStepPlan step(batches[i], cached, block_size);
+    const double predicted = model.breakdown(step.plan()).total();
+    p.decode_in_situ.x.push_back(double(batches[i]));
+    p.decode_in_situ.factor.push_back(std::max(0.1, measured[i] / predicted));
+    if (say)
+      say(fmt::format("    in situ: a decode step of {} sequence{} took {:.3f} ms, the tables say {:.3f} ms: x{:.3f}",
+                      batches[i], batches[i] == 1 ? "" : "s", measured[i] * 1e3, predicted * 1e3,
+                      p.decode_in_situ.factor.back()));
+  }
 }
 
 void set_in_situ(DeviceProfile& p, const std::vector<int64_t>& lengths, const std::vector<double>& measured_s,

@@ -58,6 +58,24 @@ class OneSequencePlan {
   IterationPlan plan_;
 };
 
+// `sequences` sequences (request ids 1, 2, ...) each decoding one token
+// after `cached` ones and sampling it, in KV blocks 0, 1, ... (each its
+// own): a decode step of the whole-model measurements. Not copyable.
+class DecodeStepPlan {
+ public:
+  DecodeStepPlan(int64_t sequences, int64_t cached, int32_t block_size);
+  DecodeStepPlan(const DecodeStepPlan&) = delete;
+  DecodeStepPlan& operator=(const DecodeStepPlan&) = delete;
+  const IterationPlan& plan() const { return plan_; }
+  int64_t blocks() const { return blocks_; }
+  static int64_t blocks(int64_t sequences, int64_t cached, int32_t block_size);
+
+ private:
+  std::vector<std::vector<int32_t>> tables_;
+  IterationPlan plan_;
+  int64_t blocks_ = 0;
+};
+
 // What the tables of `p` predict for `plan`, without the fixed iteration
 // overhead and without an in-situ factor (calib/profile_model.h).
 double tables_seconds(const DeviceProfile& p, const IterationPlan& plan);
@@ -79,6 +97,15 @@ std::vector<int64_t> in_situ_lengths(const CalibrationOptions& options, int64_t 
 // the profiled model with at least ceil(max(lengths) / block_size) KV blocks.
 void measure_in_situ(DeviceProfile& p, Executor& executor, const std::vector<int64_t>& lengths,
                      int32_t block_size, int repetitions, const std::function<void(const std::string&)>& say);
+// Fills p.decode_in_situ: a whole decode step of each of `batches`
+// sequences after `cached` tokens on `executor` (3 warm-ups, then
+// `repetitions` timed; the median) over what p predicts for it (its tables,
+// gemm_in_situ and iteration overhead). Call after p's other parts are set.
+// The executor must hold max(batches) x ceil((cached + 1) / block_size) KV
+// blocks. Its request ids 1 .. max(batches) are finished afterwards.
+void measure_decode_in_situ(DeviceProfile& p, Executor& executor, const std::vector<int64_t>& batches,
+                            int64_t cached, int32_t block_size, int repetitions,
+                            const std::function<void(const std::string&)>& say);
 // The same from measured seconds, one per length (measure_in_situ's
 // medians, or the CPU calibration's medians over the whole calibration).
 void set_in_situ(DeviceProfile& p, const std::vector<int64_t>& lengths, const std::vector<double>& measured_s,

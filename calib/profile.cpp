@@ -83,7 +83,8 @@ nlohmann::json DeviceProfile::to_json() const {
                  {"prefill_attention", grid_json(prefill_attention)},
                  {"decode_attention", grid_json(decode_attention)},
                  {"iteration_overhead_s", iteration_overhead_s},
-                 {"gemm_in_situ", {{"x", gemm_in_situ.x}, {"factor", gemm_in_situ.factor}}}};
+                 {"gemm_in_situ", {{"x", gemm_in_situ.x}, {"factor", gemm_in_situ.factor}}},
+                 {"decode_in_situ", {{"x", decode_in_situ.x}, {"factor", decode_in_situ.factor}}}};
   j["ceilings"] = {{"stream_copy_bytes_per_s", stream_copy_bytes_per_s},
                    {"stream_triad_bytes_per_s", stream_triad_bytes_per_s},
                    {"gemm_flops_per_s", gemm_flops_per_s}};
@@ -93,6 +94,25 @@ nlohmann::json DeviceProfile::to_json() const {
   j["raw_benchmarks_file"] = raw_benchmarks_file;
   return j;
 }
+
+namespace {
+
+// An optional in-situ curve of the tables (absent: empty).
+DeviceProfile::InSitu read_in_situ(const nlohmann::json& tables, const std::string& name, const std::string& source) {
+  DeviceProfile::InSitu c;
+  if (!tables.contains(name)) return c;
+  const std::string where = source + ": tables." + name;
+  const auto g = field<nlohmann::json>(tables, name, source + ": tables");
+  c.x = field<std::vector<double>>(g, "x", where);
+  c.factor = field<std::vector<double>>(g, "factor", where);
+  if (!c.x.empty()) check_axis(c.x, where + ".x");
+  if (c.factor.size() != c.x.size()) throw InputError(fmt::format("{}: x and factor differ in length", where));
+  for (double f : c.factor)
+    if (!(f > 0) || !std::isfinite(f)) throw InputError(fmt::format("{}: factors must be > 0", where));
+  return c;
+}
+
+}  // namespace
 
 DeviceProfile DeviceProfile::from_json(const nlohmann::json& j, const std::string& source) {
   if (!j.is_object()) throw InputError(fmt::format("{}: a profile is a JSON object", source));
@@ -138,17 +158,8 @@ DeviceProfile DeviceProfile::from_json(const nlohmann::json& j, const std::strin
   p.iteration_overhead_s = field<double>(tables, "iteration_overhead_s", source + ": tables");
   if (!(p.iteration_overhead_s >= 0))
     throw InputError(fmt::format("{}: tables.iteration_overhead_s must be >= 0", source));
-  if (tables.contains("gemm_in_situ")) {
-    const std::string where = source + ": tables.gemm_in_situ";
-    const auto g = field<nlohmann::json>(tables, "gemm_in_situ", source + ": tables");
-    p.gemm_in_situ.x = field<std::vector<double>>(g, "x", where);
-    p.gemm_in_situ.factor = field<std::vector<double>>(g, "factor", where);
-    if (!p.gemm_in_situ.x.empty()) check_axis(p.gemm_in_situ.x, where + ".x");
-    if (p.gemm_in_situ.factor.size() != p.gemm_in_situ.x.size())
-      throw InputError(fmt::format("{}: x and factor differ in length", where));
-    for (double f : p.gemm_in_situ.factor)
-      if (!(f > 0) || !std::isfinite(f)) throw InputError(fmt::format("{}: factors must be > 0", where));
-  }
+  p.gemm_in_situ = read_in_situ(tables, "gemm_in_situ", source);
+  p.decode_in_situ = read_in_situ(tables, "decode_in_situ", source);
 
   const auto ceilings = field<nlohmann::json>(j, "ceilings", source);
   p.stream_copy_bytes_per_s = field<double>(ceilings, "stream_copy_bytes_per_s", source + ": ceilings");

@@ -361,6 +361,28 @@ double ProfileModel::in_situ_factor(double tokens) const {
   return c.factor.back();
 }
 
+double ProfileModel::decode_step_factor(double sequences) const {
+  const auto& c = profile_.decode_in_situ;
+  if (c.x.empty()) return 1.0;
+  if (sequences <= c.x.front()) return c.factor.front();
+  if (sequences >= c.x.back()) return c.factor.back();
+  const AxisPoint p = locate(c.x, sequences);
+  return c.factor[p.lo] + p.w * (c.factor[p.hi] - c.factor[p.lo]);
+}
+
+namespace {
+
+// Every sequence decodes one token and samples it: the CUDA decoder's
+// graph-replayed step (kernels/cuda/cuda_decoder.cpp, is_plain_decode).
+bool is_decode_step(const IterationPlan& plan) {
+  if (plan.sequences.empty() || plan.num_sample_rows != int64_t(plan.sequences.size())) return false;
+  for (const ScheduledSequence& s : plan.sequences)
+    if (s.is_prefill || s.num_query_tokens != 1 || !s.samples) return false;
+  return true;
+}
+
+}  // namespace
+
 ProfileBreakdown ProfileModel::breakdown(const IterationPlan& plan) const {
   const double L = double(model_.num_hidden_layers);
   const double T = double(plan.num_tokens());
@@ -387,6 +409,12 @@ ProfileBreakdown ProfileModel::breakdown(const IterationPlan& plan) const {
   out.decode_attention = L * decode_attention_seconds(decode_rows, decode_pairs);
   if (S > 0) out.lm_head = op_seconds(ProfileOp::LmHead, S) + op_seconds(ProfileOp::Sampling, S);
   out.overhead = anchor_.memory * profile_.iteration_overhead_s;
+  if (!profile_.decode_in_situ.x.empty() && is_decode_step(plan)) {
+    const double g = decode_step_factor(double(plan.sequences.size()));
+    for (double* part : {&out.gemm, &out.elementwise, &out.prefill_attention, &out.decode_attention, &out.lm_head,
+                         &out.overhead})
+      *part *= g;
+  }
   return out;
 }
 
@@ -411,6 +439,7 @@ nlohmann::json ProfileModel::describe() const {
           {"block_size", profile_.block_size},
           {"anchor_scales", {{"memory", anchor_.memory}, {"compute", anchor_.compute}}},
           {"gemm_in_situ", {{"x", profile_.gemm_in_situ.x}, {"factor", profile_.gemm_in_situ.factor}}},
+          {"decode_in_situ", {{"x", profile_.decode_in_situ.x}, {"factor", profile_.decode_in_situ.factor}}},
           {"iteration_overhead_s", profile_.iteration_overhead_s},
           {"ceilings",
            {{"stream_copy_bytes_per_s", profile_.stream_copy_bytes_per_s},

@@ -59,6 +59,13 @@
 // fixed overhead, measured on the whole model's decode); f of the last point
 // beyond it. A profile without the curve uses f = 1.
 //
+// Decode steps in situ (profile.decode_in_situ): an iteration whose every
+// sequence decodes one token and samples it -- what the CUDA decoder
+// replays from a CUDA graph -- is the sum above times g(B), B its number of
+// sequences; g is the measured whole step over that sum at each calibrated
+// B, linear in log B between them and the nearest end's value beyond. A
+// profile without the curve uses g = 1.
+//
 // Re-anchoring (set_anchor_scales, calib/anchor.h): on a machine whose speed
 // drifts, a validation measures how much slower memory-bound work (scale
 // s_m) and compute-bound work (s_c) run now than at calibration.
@@ -162,6 +169,8 @@ class ProfileModel final : public Executor {
 
   // f(T) of the in-situ rule (see the top of this file).
   double in_situ_factor(double tokens) const;
+  // g(B) of the decode-step rule (see the top of this file); 1 without the curve.
+  double decode_step_factor(double sequences) const;
   // Re-anchors every cost (see the top of this file); scales must be > 0.
   void set_anchor_scales(const AnchorScales& scales);
   const AnchorScales& anchor_scales() const { return anchor_; }

@@ -8,7 +8,7 @@
 # 2. the [cuda] tests;
 # 3. the decoder's efficiency benchmark (llama-3.1-8b: decode at batch 1
 #    against the copy bandwidth, a 4096-token prefill against the bf16 GEMM);
-# 4. quick calibrations of llama-3.2-1b and llama-3.1-8b (random weights);
+# 4. full calibrations of llama-3.2-1b and llama-3.1-8b (random weights; seconds on an H200);
 # 5. validation of both at three loads with continuous and chunked;
 # 6. a short table (summary.md).
 # OUT_DIR receives summary.md, log.txt and results.tar.gz (everything else:
@@ -94,12 +94,12 @@ step bench 60 "$bench" --model llama-3.1-8b --json "$work/bench_llama-3.1-8b.jso
 # Prompts uniform 16..256, outputs 16..128 (run's defaults). The rates are
 # first guesses for an H200 (light, about saturation, past it); the summary
 # shows the throughput each reached. Iterations of up to 8192 tokens (both
-# schedulers) and contexts of at most 384 tokens: the quick calibration's
+# schedulers) and contexts of at most 384 tokens: the calibration's
 # grids reach 8192 tokens and 4096 positions, so nothing is extrapolated.
 validate() {  # MODEL LOADS LIMIT
   step "validate-$1" "$3" /usr/bin/env python3 "$repo/experiments/validation_cpu/run.py" --servesim "$servesim" \
     --device cuda --model "$1" --out "$work/validation/$1" --loads "$2" --anchor off \
-    --calibrate-args="--quick --max-num-batched-tokens 8192 --max-context 4096" \
+    --calibrate-args="--max-num-batched-tokens 8192 --max-context 4096" \
     --validate-args="--kv-cache-memory 24GiB --max-num-seqs 256 --max-num-batched-tokens 8192"
 }
 validate llama-3.2-1b "light:10:60,near-saturation:150:300,overloaded:600:300" 100

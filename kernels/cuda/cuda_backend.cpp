@@ -32,6 +32,16 @@ Backend::Backend(const ModelSpec& spec, cudaStream_t stream)
   inv_freq_.upload(inv_freq);
 }
 
+void Backend::prepare_gemms(int64_t max_tokens, int64_t max_sample_rows) {
+  const int64_t d = spec_.hidden_size, I = spec_.intermediate_size, dh = spec_.head_dim;
+  const int64_t H = spec_.num_attention_heads, Hkv = spec_.num_key_value_heads;
+  gemm_.prepare((H + 2 * Hkv) * dh, d, false, max_tokens);  // qkv
+  gemm_.prepare(d, H * dh, false, max_tokens);              // o
+  gemm_.prepare(2 * I, d, false, max_tokens);               // gate and up
+  gemm_.prepare(d, I, false, max_tokens);                   // down
+  gemm_.prepare(spec_.vocab_size, d, true, max_sample_rows);  // LM head, fp32 logits
+}
+
 int32_t Backend::decode_splits(int32_t n) const {
   return decode_attention_splits(n, int32_t(spec_.num_key_value_heads), sm_count_);
 }

@@ -103,6 +103,9 @@ class Backend {
 
   // Grows the activations for T tokens and S sampling rows (no-op when they fit).
   void reserve(Scratch& s, int32_t T, int32_t S, int32_t decode_sequences) const;
+  // cuBLASLt's algorithms for every projection at up to max_tokens tokens
+  // and the LM head at up to max_sample_rows rows (Gemm::prepare).
+  void prepare_gemms(int64_t max_tokens, int64_t max_sample_rows);
   // The decode attention's split count for a batch of n one-token sequences.
   int32_t decode_splits(int32_t n) const;
 

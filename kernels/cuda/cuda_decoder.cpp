@@ -89,6 +89,10 @@ class CudaDecoder final : public DecoderModel {
   int64_t kv_num_blocks() const override { return kv_.num_blocks; }
   int32_t kv_block_size() const override { return kv_.block_size; }
 
+  void prepare_batches(int32_t max_tokens, int32_t max_sample_rows) override {
+    backend_.prepare_gemms(max_tokens, max_sample_rows);
+  }
+
   const std::vector<float>& forward(const BatchLayout& layout) override {
     run(layout);
     const size_t n = size_t(layout.num_samples()) * size_t(spec().vocab_size);

@@ -1,24 +1,40 @@
-// The projections and the LM head through cuBLAS: bf16 inputs, fp32
+// The projections and the LM head through cuBLASLt: bf16 inputs, fp32
 // accumulation (CUBLAS_COMPUTE_32F), bf16 or fp32 output.
 //
 // Row-major out[T, N] = in[T, K] W[N, K]^T is, in cuBLAS's column-major
-// terms, out' (N x T) = W' (K x N)^T in' (K x T): one cublasGemmEx with
+// terms, out' (N x T) = W' (K x N)^T in' (K x T): one matmul with
 // op(A) = T, op(B) = N and leading dimensions K, K, N.
+//
+// Why cuBLASLt with algorithms chosen per bucket of T, not cublasGemmEx:
+// cublasGemmEx runs cuBLAS's algorithm heuristic for every new (T, N, K).
+// On an H200 that cost a whole-model prefill about 8 ms each time a prompt
+// length came up for the first time (llama-3.1-8b: 15 ms instead of 6.4 ms;
+// experiments/gpu/probe_prefill.sh, 2026-11-30), so a served workload with
+// prompts of every length paid it on most prefills. Here the heuristic runs
+// once per bucket of T (rounded up: 1, 2, 4, 8, multiples of 8 to 256, then
+// four steps per octave), at the bucket's top, and every T in the bucket
+// reuses that algorithm; prepare() runs the heuristics for every bucket up
+// to a bound ahead of time (a serving engine's start-up).
 #pragma once
 
-#include <cublas_v2.h>
+#include <cublasLt.h>
 
 #include <cstdint>
+#include <map>
+#include <tuple>
 
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/device_buffer.h"
 
 namespace servesim::cuda {
 
+// The T an algorithm is chosen for: T rounded up to its bucket.
+int64_t gemm_bucket(int64_t T);
+
 class Gemm {
  public:
-  // A handle bound to `stream`, with its own workspace so that cuBLAS never
-  // allocates during a CUDA graph capture.
+  // A handle bound to `stream`, with its own workspace so that cuBLASLt
+  // never allocates during a CUDA graph capture.
   explicit Gemm(cudaStream_t stream);
   ~Gemm();
   Gemm(const Gemm&) = delete;
@@ -29,10 +45,29 @@ class Gemm {
   // The same with an fp32 out (logits).
   void f32_out(const bf16* in, const bf16* w, int64_t T, int64_t N, int64_t K, float* out);
 
+  // Chooses the algorithms of every bucket of T up to max_T for an [N, K]
+  // weight with a bf16 (or fp32: `f32_out`) output, on 256-byte-aligned
+  // operands. Host work only; nothing is launched.
+  void prepare(int64_t N, int64_t K, bool f32_out, int64_t max_T);
+  // Heuristic queries made so far (for tests and progress lines).
+  int64_t heuristic_queries() const { return heuristic_queries_; }
+
  private:
+  // (N, K, output type, operand alignment in bytes, T the algorithm was chosen for)
+  using Key = std::tuple<int64_t, int64_t, int, int, int64_t>;
   void run(const bf16* in, const bf16* w, int64_t T, int64_t N, int64_t K, void* out, cudaDataType out_type);
-  cublasHandle_t handle_ = nullptr;
+  // The algorithm for `key` (its heuristic run on first use), or false when
+  // the heuristic offers none.
+  bool algorithm(const Key& key, cublasLtMatmulAlgo_t& algo);
+  cublasStatus_t matmul(const bf16* in, const bf16* w, int64_t T, int64_t N, int64_t K, void* out,
+                        cudaDataType out_type, const cublasLtMatmulAlgo_t& algo);
+
+  cudaStream_t stream_;
+  cublasLtHandle_t handle_ = nullptr;
+  cublasLtMatmulDesc_t op_ = nullptr;  // fp32 compute and scale, A transposed
   DeviceBuffer<uint8_t> workspace_;
+  std::map<Key, cublasLtMatmulAlgo_t> algorithms_;
+  int64_t heuristic_queries_ = 0;
 };
 
 }  // namespace servesim::cuda

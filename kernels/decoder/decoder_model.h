@@ -39,6 +39,14 @@ class DecoderModel {
     (void)layout, (void)params, (void)uniforms, (void)tokens;
     return false;
   }
+  // Readies, ahead of serving, what a first pass of a new batch size would
+  // otherwise pay for, for batches of up to max_tokens tokens and
+  // max_sample_rows sampling rows: on the CUDA decoder, cuBLASLt's choice
+  // of algorithm for every bucket of token counts (kernels/cuda/gemm.h).
+  // Computes nothing and writes no KV cache.
+  virtual void prepare_batches(int32_t max_tokens, int32_t max_sample_rows) {
+    (void)max_tokens, (void)max_sample_rows;
+  }
   // Copies the cached K and V of one token of `layer` (its `position` in the
   // sequence whose blocks are `block_table`) into k and v, [Hkv * dh] each,
   // head by head. Read-only; for tests that compare caches (speculative

@@ -140,6 +140,11 @@ EngineOutput serve(const EngineSetup& setup, const Workload& workload,
   out.kv_cache_bytes = model->kv_cache_bytes();
   WarmUpSettings warm_up_settings = setup.warm_up;
   warm_up_settings.prefill_tokens = std::min(warm_up_settings.prefill_tokens, out.scheduler.max_num_batched_tokens);
+  warm_up_settings.max_batched_tokens = out.scheduler.max_num_batched_tokens;
+  // A verification pass samples k + 1 rows per sequence.
+  warm_up_settings.max_sample_rows =
+      std::min(out.scheduler.max_num_batched_tokens,
+               out.scheduler.max_num_seqs * (1 + std::max(0, out.scheduler.num_speculative_tokens)));
   out.warm_up = warm_up(*model, warm_up_settings);
 
   std::unique_ptr<Executor> inner;

@@ -20,6 +20,8 @@ WarmUpReport warm_up(DecoderModel& model, const WarmUpSettings& settings) {
   if (settings.prefill_tokens <= 0 || prefill <= 0) return report;
 
   const auto start = std::chrono::steady_clock::now();
+  if (settings.max_batched_tokens > 0 && settings.max_sample_rows > 0)
+    model.prepare_batches(settings.max_batched_tokens, settings.max_sample_rows);
   std::vector<int32_t> blocks(size_t((prefill + decodes + bs - 1) / bs));
   std::iota(blocks.begin(), blocks.end(), 0);
   const int64_t vocab = model.spec().vocab_size;

@@ -20,6 +20,10 @@ namespace servesim {
 struct WarmUpSettings {
   int32_t prefill_tokens = 256;  // one prefill of this many tokens (capped by the KV cache); 0: no warm-up
   int32_t decode_steps = 4;      // then this many 1-token decode steps of the same sequence
+  // Before the passes, DecoderModel::prepare_batches for batches up to
+  // these sizes (the scheduler's token budget and sequence limit); 0: skip.
+  int32_t max_batched_tokens = 0;
+  int32_t max_sample_rows = 0;
 };
 
 // What warm_up did.

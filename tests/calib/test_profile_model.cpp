@@ -533,3 +533,54 @@ TEST_CASE("profile model: the in-situ factor scales GEMMs and elementwise work, 
   bad["tables"]["gemm_in_situ"]["factor"] = {1.0};
   CHECK_THROWS_AS(DeviceProfile::from_json(bad, "test"), InputError);
 }
+
+TEST_CASE("profile model: the decode-step factor scales whole decode steps only, linear in log B") {
+  const ModelSpec m = tiny_model();
+  DeviceProfile p = synthetic_profile(m);
+  ProfileModel plain(p, m);
+  p.decode_in_situ.x = {1, 16};
+  p.decode_in_situ.factor = {0.8, 1.0};
+  ProfileModel stepped(p, m);
+  CHECK(plain.decode_step_factor(4) == 1.0);  // no curve: 1
+  CHECK(stepped.decode_step_factor(1) == Approx(0.8));
+  CHECK(stepped.decode_step_factor(4) == Approx(0.9));  // halfway in log B between 1 and 16
+  CHECK(stepped.decode_step_factor(16) == Approx(1.0));
+  CHECK(stepped.decode_step_factor(200) == Approx(1.0));  // the nearest end's beyond the points
+
+  // Four sequences decoding one token each: every part times g(4) = 0.9.
+  IterationPlan step;
+  for (int64_t i = 0; i < 4; ++i) step.add(seq(i, 1, 100 + int32_t(i), false, true));
+  const ProfileBreakdown a = plain.breakdown(step), b = stepped.breakdown(step);
+  CHECK(b.gemm == Approx(0.9 * a.gemm));
+  CHECK(b.decode_attention == Approx(0.9 * a.decode_attention));
+  CHECK(b.lm_head == Approx(0.9 * a.lm_head));
+  CHECK(b.total() == Approx(0.9 * a.total()));
+
+  // Not a plain decode step: a prefill beside the decodes, a verification
+  // pass (several query tokens), a decode that does not sample.
+  IterationPlan mixed = step;
+  mixed.add(seq(9, 32, 0, true, true));
+  CHECK(stepped.breakdown(mixed).total() == Approx(plain.breakdown(mixed).total()));
+  IterationPlan verify;
+  ScheduledSequence v = seq(1, 4, 100, false, true);
+  v.num_sample_rows = 4;
+  verify.add(v);
+  CHECK(stepped.breakdown(verify).total() == Approx(plain.breakdown(verify).total()));
+  IterationPlan silent;
+  silent.add(seq(1, 1, 100, false, false));
+  CHECK(stepped.breakdown(silent).total() == Approx(plain.breakdown(silent).total()));
+
+  // Through the file, and refused when malformed.
+  const DeviceProfile back = DeviceProfile::from_json(DeviceProfile(p).to_json(), "test");
+  CHECK(back.decode_in_situ.x == p.decode_in_situ.x);
+  CHECK(back.decode_in_situ.factor == p.decode_in_situ.factor);
+  nlohmann::json bad = p.to_json();
+  bad["tables"]["decode_in_situ"]["factor"] = {0.8, -1.0};
+  CHECK_THROWS_AS(DeviceProfile::from_json(bad, "test"), InputError);
+  bad = p.to_json();
+  bad["tables"]["decode_in_situ"]["x"] = {16, 1};
+  CHECK_THROWS_AS(DeviceProfile::from_json(bad, "test"), InputError);
+  bad = p.to_json();
+  bad["tables"].erase("decode_in_situ");  // an older profile: no curve, factor 1
+  CHECK(DeviceProfile::from_json(bad, "test").decode_in_situ.x.empty());
+}

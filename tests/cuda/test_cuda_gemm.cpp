@@ -1,0 +1,100 @@
+// cuda::Gemm (kernels/cuda/gemm.h) against a CPU reference. Small-integer
+// inputs (CUTLASS examples' trick): every product and partial sum is an
+// integer well inside fp32's exact range, and every result within bf16's
+// (|x| <= 256), so the check is bit-exact whatever order cuBLASLt sums in.
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "cuda_test_support.h"
+#include "kernels/cuda/cuda_stream.h"
+#include "kernels/cuda/gemm.h"
+
+using namespace servesim::cuda;
+using namespace servesim::cuda::test;
+
+namespace {
+
+// Integers in [-2, 2] as floats (exact in bf16).
+std::vector<float> small_ints(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int> u(-2, 2);
+  std::vector<float> v(n);
+  for (float& x : v) x = float(u(rng));
+  return v;
+}
+
+// out[T, N] = in[T, K] W[N, K]^T in double.
+std::vector<double> reference(const std::vector<float>& in, const std::vector<float>& w, int64_t T, int64_t N,
+                              int64_t K) {
+  std::vector<double> out(size_t(T * N));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t n = 0; n < N; ++n) {
+      double s = 0;
+      for (int64_t k = 0; k < K; ++k) s += double(in[size_t(t * K + k)]) * double(w[size_t(n * K + k)]);
+      out[size_t(t * N + n)] = s;
+    }
+  return out;
+}
+
+// One product of T rows through `gemm`, `offset` elements into its buffers
+// (an offset of 2 bf16 = 4 bytes misaligns them for the 256-byte algorithms).
+void check_product(Gemm& gemm, cudaStream_t stream, int64_t T, int64_t N, int64_t K, bool f32, size_t offset = 0) {
+  INFO("T = " << T << ", N = " << N << ", K = " << K << (f32 ? ", fp32 out" : ", bf16 out") << ", offset " << offset);
+  const std::vector<float> in = small_ints(size_t(T * K), uint64_t(T * 7 + 1));
+  const std::vector<float> w = small_ints(size_t(N * K), uint64_t(N * 13 + 5));
+  std::vector<bf16> in_h(offset), w_h(offset);
+  for (float x : in) in_h.push_back(to_bf16(x));
+  for (float x : w) w_h.push_back(to_bf16(x));
+  const DeviceBuffer<bf16> in_d = device_copy(in_h), w_d = device_copy(w_h);
+  const std::vector<double> want = reference(in, w, T, N, K);
+  std::vector<float> got(size_t(T * N));
+  if (f32) {
+    DeviceBuffer<float> out = poisoned<float>(offset + size_t(T * N));
+    gemm.f32_out(in_d.data() + offset, w_d.data() + offset, T, N, K, out.data() + offset);
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    const std::vector<float> all = out.download();
+    std::copy(all.begin() + long(offset), all.end(), got.begin());
+  } else {
+    DeviceBuffer<bf16> out = poisoned<bf16>(offset + size_t(T * N));
+    gemm.bf16_out(in_d.data() + offset, w_d.data() + offset, T, N, K, out.data() + offset);
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    const std::vector<bf16> all = out.download();
+    for (size_t i = 0; i < got.size(); ++i) got[i] = to_float(all[offset + i]);
+  }
+  int64_t wrong = 0;
+  for (size_t i = 0; i < got.size(); ++i) wrong += double(got[i]) != want[i];
+  CHECK(wrong == 0);
+}
+
+}  // namespace
+
+TEST_CASE("cuda Gemm is exact on small integers, for T inside and at the edges of its buckets", "[cuda]") {
+  CudaStream stream;
+  Gemm gemm(stream.get());
+  // K = 64: sums of 64 products of [-2, 2] stay within 256, exact in bf16.
+  for (int64_t T : {1, 2, 3, 8, 13, 100, 104, 256, 257, 300, 320, 700})
+    for (bool f32 : {false, true}) check_product(gemm, stream.get(), T, 96, 64, f32);
+}
+
+TEST_CASE("cuda Gemm on operands that are not 256-byte aligned", "[cuda]") {
+  CudaStream stream;
+  Gemm gemm(stream.get());
+  for (int64_t T : {1, 5, 77}) check_product(gemm, stream.get(), T, 40, 64, false, 2);
+}
+
+TEST_CASE("cuda Gemm: prepare chooses every bucket's algorithm once, and products after it query none", "[cuda]") {
+  CudaStream stream;
+  Gemm gemm(stream.get());
+  gemm.prepare(96, 64, false, 512);
+  const int64_t prepared = gemm.heuristic_queries();
+  CHECK(prepared >= 40);  // 1, 2, 4, 8 .. 256 by 8, 320 .. 512
+  gemm.prepare(96, 64, false, 512);
+  CHECK(gemm.heuristic_queries() == prepared);  // cached
+  for (int64_t T : {1, 3, 50, 199, 333, 512}) check_product(gemm, stream.get(), T, 96, 64, false);
+  CHECK(gemm.heuristic_queries() == prepared);
+  check_product(gemm, stream.get(), 600, 96, 64, false);  // beyond: its bucket on first use
+  CHECK(gemm.heuristic_queries() == prepared + 1);
+}

@@ -1,0 +1,42 @@
+// The token-count buckets cuda::Gemm chooses its cuBLASLt algorithms for
+// (kernels/cuda/gemm.h): pure host arithmetic, tested here without a GPU.
+// Built where the CUDA backend is.
+#if SERVESIM_WITH_CUDA
+#include <catch2/catch.hpp>
+
+#include <set>
+
+#include "kernels/cuda/gemm.h"
+
+using servesim::cuda::gemm_bucket;
+
+TEST_CASE("gemm_bucket rounds T up to 1, 2, 4, multiples of 8 to 256, then four steps per octave") {
+  CHECK(gemm_bucket(1) == 1);
+  CHECK(gemm_bucket(2) == 2);
+  CHECK(gemm_bucket(3) == 4);
+  CHECK(gemm_bucket(5) == 8);
+  CHECK(gemm_bucket(9) == 16);
+  CHECK(gemm_bucket(17) == 24);
+  CHECK(gemm_bucket(256) == 256);
+  CHECK(gemm_bucket(257) == 320);
+  CHECK(gemm_bucket(320) == 320);
+  CHECK(gemm_bucket(321) == 384);
+  CHECK(gemm_bucket(513) == 640);
+  CHECK(gemm_bucket(4097) == 5120);
+  CHECK(gemm_bucket(8192) == 8192);
+}
+
+TEST_CASE("gemm_bucket: every T lands in a bucket at least T and within a quarter above it past 8") {
+  std::set<int64_t> buckets;
+  for (int64_t T = 1; T <= 20000; ++T) {
+    const int64_t b = gemm_bucket(T);
+    INFO("T = " << T);
+    REQUIRE(b >= T);
+    CHECK(gemm_bucket(b) == b);  // a bucket is its own bucket
+    if (T > 8) CHECK(double(b) <= 1.25 * double(T) + 7);
+    buckets.insert(b);
+  }
+  // The heuristic runs once per bucket: few of them up to a typical token budget.
+  CHECK(std::distance(buckets.begin(), buckets.upper_bound(8192)) <= 60);
+}
+#endif
