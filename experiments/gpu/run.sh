@@ -72,13 +72,18 @@ fi
 
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  echo "commit: $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || cat "$repo/gpu-bundle/commit.txt" 2>/dev/null || echo unknown)"
+  # The bundle's commit first: the device's copy of .git can be older than the tree.
+  echo "commit: $(cat "$repo/gpu-bundle/commit.txt" 2>/dev/null || git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)"
   echo "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null)"
   echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //') ($(nproc) cores)"
 } >"$work/machine.txt"
 cat "$work/machine.txt" >>"$out/log.txt"
 ldd "$servesim" | grep -E "cuda|cublas|not found" >>"$out/log.txt" 2>&1
 step device-query 30 "$query"
+# Clocks, power and temperature once a second through every later step, to
+# tell a cost-model error from the GPU changing its clocks under load.
+nvidia-smi dmon -s pc -o T >"$work/dmon.txt" 2>&1 &
+dmon=$!
 nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw,utilization.gpu --format=csv >>"$out/log.txt" 2>&1
 
 # --- 2. tests --------------------------------------------------------------------
@@ -105,6 +110,8 @@ validate() {  # MODEL LOADS LIMIT
 validate llama-3.2-1b "light:10:60,near-saturation:150:300,overloaded:600:300" 100
 validate llama-3.1-8b "light:5:40,near-saturation:60:200,overloaded:240:200" 130
 nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv >>"$out/log.txt" 2>&1
+
+kill "$dmon" 2>/dev/null
 
 # --- 6. summary ------------------------------------------------------------------------------
 {

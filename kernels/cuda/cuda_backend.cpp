@@ -32,14 +32,43 @@ Backend::Backend(const ModelSpec& spec, cudaStream_t stream)
   inv_freq_.upload(inv_freq);
 }
 
-void Backend::prepare_gemms(int64_t max_tokens, int64_t max_sample_rows) {
+void Backend::prepare_gemms(const Weights& w, Scratch& s, int64_t max_tokens, int64_t max_sample_rows) {
   const int64_t d = spec_.hidden_size, I = spec_.intermediate_size, dh = spec_.head_dim;
-  const int64_t H = spec_.num_attention_heads, Hkv = spec_.num_key_value_heads;
-  gemm_.prepare((H + 2 * Hkv) * dh, d, false, max_tokens);  // qkv
-  gemm_.prepare(d, H * dh, false, max_tokens);              // o
-  gemm_.prepare(2 * I, d, false, max_tokens);               // gate and up
-  gemm_.prepare(d, I, false, max_tokens);                   // down
-  gemm_.prepare(spec_.vocab_size, d, true, max_sample_rows);  // LM head, fp32 logits
+  const int64_t H = spec_.num_attention_heads, Hkv = spec_.num_key_value_heads, V = spec_.vocab_size;
+  const LayerWeights& L = w.layers.front();
+  struct Product {
+    const bf16* w;
+    int64_t N, K;
+  };
+  // Launched from the largest activation buffers: gate_up [T, 2I] out of
+  // the T x K inputs' largest, act [T, I] or h [T, d].
+  for (const Product& p : {Product{L.w_qkv, (H + 2 * Hkv) * dh, d}, Product{L.w_o, d, H * dh},
+                           Product{L.w_gate_up, 2 * I, d}, Product{L.w_down, d, I}}) {
+    gemm_.prepare(p.N, p.K, false, max_tokens);
+    const bf16* in = p.K <= I ? s.act.data() : p.K <= d ? s.h.data() : nullptr;
+    const size_t in_rows = p.K <= I ? s.act.size() / size_t(p.K) : s.h.size() / size_t(p.K);
+    for (int64_t T = 1; T <= max_tokens; T = gemm_bucket(T) + 1) {
+      const int64_t b = gemm_bucket(T);
+      if (!in || size_t(b) > in_rows || size_t(b * p.N) > s.gate_up.size()) break;
+      gemm_.bf16_out(in, p.w, b, p.N, p.K, s.gate_up.data());
+    }
+  }
+  gemm_.prepare(V, d, true, max_sample_rows);  // LM head, fp32 logits
+  for (int64_t S = 1; S <= max_sample_rows; S = gemm_bucket(S) + 1) {
+    const int64_t b = gemm_bucket(S);
+    if (size_t(b * d) > s.last.size() || size_t(b * V) > s.logits.size()) break;
+    gemm_.f32_out(s.last.data(), w.lm_head, b, V, d, s.logits.data());
+  }
+}
+
+double Backend::scratch_bytes(int64_t T, int64_t S) const {
+  const ModelSpec& m = spec_;
+  const double d = double(m.hidden_size), I = double(m.intermediate_size), V = double(m.vocab_size);
+  const double qkv = double((m.num_attention_heads + 2 * m.num_key_value_heads) * m.head_dim);
+  const double q_out = double(m.num_attention_heads * m.head_dim), dh = double(m.head_dim);
+  // x fp32; h, qkv, attn, branch, gate_up, act bf16; cos and sin fp32 -- as reserve() grows them.
+  const double per_token = 4 * d + 2 * (d + qkv + q_out + d + 2 * I + I) + 4 * dh;
+  return double(T) * per_token + double(S) * (2 * d + 4 * V);
 }
 
 int32_t Backend::decode_splits(int32_t n) const {

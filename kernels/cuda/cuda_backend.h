@@ -104,8 +104,15 @@ class Backend {
   // Grows the activations for T tokens and S sampling rows (no-op when they fit).
   void reserve(Scratch& s, int32_t T, int32_t S, int32_t decode_sequences) const;
   // cuBLASLt's algorithms for every projection at up to max_tokens tokens
-  // and the LM head at up to max_sample_rows rows (Gemm::prepare).
-  void prepare_gemms(int64_t max_tokens, int64_t max_sample_rows);
+  // and the LM head at up to max_sample_rows rows (Gemm::prepare), and one
+  // launch of each bucket that fits the activations `s` holds (with layer
+  // 0's weights; the outputs are scratch): a bucket's first launch loads
+  // its kernel, which on an H200 cost a first prefill of a new length
+  // ~10 ms even with the algorithm chosen (CUDA_MODULE_LOADING=EAGER did not
+  // help: cuBLASLt loads its kernels itself).
+  void prepare_gemms(const Weights& w, Scratch& s, int64_t max_tokens, int64_t max_sample_rows);
+  // Device bytes of the activations for T tokens and S sampling rows.
+  double scratch_bytes(int64_t T, int64_t S) const;
   // The decode attention's split count for a batch of n one-token sequences.
   int32_t decode_splits(int32_t n) const;
 

@@ -89,8 +89,33 @@ class CudaDecoder final : public DecoderModel {
   int64_t kv_num_blocks() const override { return kv_.num_blocks; }
   int32_t kv_block_size() const override { return kv_.block_size; }
 
+  // What a serving engine does at start-up (vLLM's profiling run and graph
+  // capture): activations and batch metadata for the largest batch, so no
+  // buffer grows later (a growth drops every graph); every GEMM bucket's
+  // algorithm chosen and its kernel loaded; a graph for every decode
+  // bucket. Without these, a served workload paid ~10 ms the first time
+  // each prompt-length bucket came up and a graph capture whenever the
+  // batch reached a new bucket or a buffer grew (H200, llama-3.1-8b).
+  // Activations are reserved for at most kPreparedTokens tokens, and at
+  // most half the free memory; larger batches grow them when they come.
   void prepare_batches(int32_t max_tokens, int32_t max_sample_rows) override {
-    backend_.prepare_gemms(max_tokens, max_sample_rows);
+    constexpr int32_t kPreparedTokens = 8192;
+    size_t free = 0, total = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free, &total));
+    int32_t tokens = std::min(max_tokens, kPreparedTokens);
+    while (tokens > 1 && backend_.scratch_bytes(tokens, std::min(max_sample_rows, tokens)) > 0.5 * double(free))
+      tokens /= 2;
+    const int32_t rows = std::min(max_sample_rows, tokens);
+    const int32_t decode = std::min(rows, options_.graphs ? options_.max_graph_batch : 0);
+    for (int32_t n = 1; n <= rows; ++n) backend_.reserve(scratch_, tokens, rows, n);  // every split count's workspace
+    scratch_.meta.reserve(tokens, rows, rows, int32_t(std::min<int64_t>(kv_.num_blocks + rows, INT32_MAX / 2)),
+                          tokens / cuda::kPrefillQueryTile + rows);
+    backend_.prepare_gemms(weights_, scratch_, max_tokens, rows);
+    for (int32_t bucket = 1; decode > 0; bucket = graph_bucket(bucket + 1)) {
+      capture_bucket(bucket);
+      if (bucket >= decode) break;  // the bucket of the largest batch, perhaps above it
+    }
+    CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
   }
 
   const std::vector<float>& forward(const BatchLayout& layout) override {
@@ -180,6 +205,27 @@ class CudaDecoder final : public DecoderModel {
     auto it = graphs_.find(bucket);
     if (it == graphs_.end()) it = graphs_.emplace(bucket, capture(layout)).first;
     CUDA_CHECK(cudaGraphLaunch(it->second, st));
+  }
+
+  // Captures bucket's graph ahead of use: a one-token sequence padded to
+  // `bucket` is staged (not uploaded: nothing runs while capturing, and
+  // every replay uploads its own batch first).
+  void capture_bucket(int32_t bucket) {
+    if (scratch_.generation() != graphs_generation_) {
+      drop_graphs();
+      graphs_generation_ = scratch_.generation();
+    }
+    if (graphs_.count(bucket)) return;
+    const int32_t token = 0, block = 0;
+    BatchLayout layout;
+    layout.add_sequence(std::span<const int32_t>(&token, 1), 0, std::span<const int32_t>(&block, 1), true);
+    scratch_.meta.stage(layout, kv_.block_size, bucket);
+    backend_.reserve(scratch_, bucket, bucket, bucket);
+    if (scratch_.generation() != graphs_generation_) {  // the reserve grew a buffer after all
+      drop_graphs();
+      graphs_generation_ = scratch_.generation();
+    }
+    graphs_.emplace(bucket, capture(layout));
   }
 
   // Records one forward pass of the staged (padded) batch as a graph.

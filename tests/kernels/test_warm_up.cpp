@@ -125,3 +125,57 @@ TEST_CASE("warm-up: serve warms up within the token budget and says so", "[warm_
   CHECK(out.warm_up.prefill_tokens == 0);
   CHECK_THAT(ready, Contains("no warm-up"));
 }
+
+namespace {
+
+// A CPU decoder that records what prepare_batches was asked for.
+class PrepareRecorder final : public DecoderModel {
+ public:
+  explicit PrepareRecorder(std::unique_ptr<DecoderModel> inner) : inner_(std::move(inner)) {}
+  const ModelSpec& spec() const override { return inner_->spec(); }
+  std::string device() const override { return inner_->device(); }
+  double weight_bytes() const override { return inner_->weight_bytes(); }
+  double kv_cache_bytes() const override { return inner_->kv_cache_bytes(); }
+  int64_t kv_num_blocks() const override { return inner_->kv_num_blocks(); }
+  int32_t kv_block_size() const override { return inner_->kv_block_size(); }
+  const std::vector<float>& forward(const BatchLayout& layout) override {
+    ++passes;
+    return inner_->forward(layout);
+  }
+  void read_kv(int32_t layer, std::span<const int32_t> table, int32_t position, std::span<float> k,
+               std::span<float> v) const override {
+    inner_->read_kv(layer, table, position, k, v);
+  }
+  void prepare_batches(int32_t max_tokens, int32_t max_sample_rows) override {
+    prepared.push_back({max_tokens, max_sample_rows, passes});
+  }
+  struct Call {
+    int32_t tokens, rows, passes_before;
+  };
+  std::vector<Call> prepared;
+  int passes = 0;
+
+ private:
+  std::unique_ptr<DecoderModel> inner_;
+};
+
+}  // namespace
+
+TEST_CASE("warm-up: prepares the decoder for the scheduler's largest batch before its passes", "[warm_up]") {
+  PrepareRecorder model(make_cpu_decoder(random_weights(warm_up_spec(), 4), kBlocks, kBlockSize, CpuDecoderOptions{1}));
+  WarmUpSettings settings;
+  settings.prefill_tokens = 8;
+  settings.decode_steps = 2;
+  settings.max_batched_tokens = 96;
+  settings.max_sample_rows = 12;
+  warm_up(model, settings);
+  REQUIRE(model.prepared.size() == 1);
+  CHECK(model.prepared[0].tokens == 96);
+  CHECK(model.prepared[0].rows == 12);
+  CHECK(model.prepared[0].passes_before == 0);
+  CHECK(model.passes == 3);
+
+  settings.max_batched_tokens = 0;  // not asked for: not prepared
+  warm_up(model, settings);
+  CHECK(model.prepared.size() == 1);
+}
