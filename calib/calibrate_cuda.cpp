@@ -128,15 +128,17 @@ DeviceProfile calibrate_cuda(const CalibrationOptions& options, std::function<vo
   const int64_t context = grids.decode_context.front();
   const std::vector<int64_t> in_situ = calibration::in_situ_lengths(options, max_context);
   const int64_t whole_tokens = std::max<int64_t>(context, in_situ.empty() ? 1 : in_situ.back());
-  // Whole decode steps of 1 .. max_num_seqs sequences at a context of 256
-  // (the validation workloads' typical one) for the decode-step factor.
+  // Whole decode steps of 1 .. max_num_seqs sequences around a context of
+  // 256 (spread over 128 .. 384, as a served batch's are) for the
+  // decode-step factor.
   const int64_t step_cached = std::min<int64_t>(256, max_context) - 1;
   std::vector<int64_t> step_batches;
   for (int64_t b : {1, 4, 16, 64, 256})
     if (b <= options.max_num_seqs) step_batches.push_back(b);
   const int64_t step_sequences = step_batches.empty() ? 0 : step_batches.back();
-  const int64_t decoder_blocks = std::max(ceil_div(whole_tokens, bs),
-                                          calibration::DecodeStepPlan::blocks(step_sequences, step_cached, bs));
+  const int64_t step_count = 3 + (quick ? kQuickDecodeRepetitions : kDecodeRepetitions);
+  const int64_t decoder_blocks =
+      std::max(ceil_div(whole_tokens, bs), calibration::DecodeSteps::blocks(step_sequences, step_cached, step_count, bs));
   const double decoder_bytes = double(m.L) * m.layer_weight_bytes() + head_bytes +
                                double(m.L * decoder_blocks * bs) * m.kv_bytes_per_token() +
                                m.scratch_bytes(double(std::max(whole_tokens, step_sequences)),
@@ -383,7 +385,7 @@ DeviceProfile calibrate_cuda(const CalibrationOptions& options, std::function<vo
   announce("iteration_overhead",
            fmt::format("a 1-token decode at context {} through DecoderExecutor on the CUDA decoder ({} layers, "
                        "median of {}), minus its kernels; whole-model prefills of {} tokens for the in-situ factor; "
-                       "decode steps of {} sequences at context {} for the decode-step factor",
+                       "decode steps of {} sequences around context {} for the decode-step factor",
                        context, m.L, decode_repetitions, in_situ_text, calibration::axis_text(step_batches),
                        step_cached + 1));
   require_free_memory(fmt::format("{}'s bf16 decoder", model.name), decoder_bytes, device, model);
@@ -479,11 +481,12 @@ DeviceProfile calibrate_cuda(const CalibrationOptions& options, std::function<vo
       {"predicted_kernels_s", predicted_decode_s},
       {"clamped_at_zero", measured_decode_s < predicted_decode_s}};
   meta["decode_in_situ"] = {
-      {"plan", fmt::format("decode steps of {} sequences, one token each after {} cached",
-                           calibration::axis_text(step_batches), step_cached)},
-      {"measured_by", fmt::format("DecoderExecutor on the CUDA decoder (CUDA graph replay), median of {} after 3 "
-                                  "warm-ups, over the tables' prediction with gemm_in_situ and the overhead",
-                                  decode_repetitions)}};
+      {"plan", fmt::format("successive decode steps of {} sequences, one token each, the contexts spread evenly "
+                           "over {} .. {} cached tokens and growing by one a step",
+                           calibration::axis_text(step_batches), step_cached / 2, step_cached / 2 + step_cached)},
+      {"measured_by", fmt::format("DecoderExecutor on the CUDA decoder (CUDA graph replay): the median over {} "
+                                  "steps after 3 of measured / the tables' prediction with gemm_in_situ and the "
+                                  "overhead", decode_repetitions)}};
   if (!options.raw_benchmarks_path.empty()) {
     p.raw_benchmarks_file = std::filesystem::path(options.raw_benchmarks_path).filename().string();
     const nlohmann::json context_json = {{"date", meta["date"]},

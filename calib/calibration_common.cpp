@@ -139,24 +139,36 @@ OneSequencePlan::OneSequencePlan(int64_t request_id, int64_t query, int64_t cach
   plan_.add(seq);
 }
 
-int64_t DecodeStepPlan::blocks(int64_t sequences, int64_t cached, int32_t block_size) {
-  return sequences * ceil_div(cached + 1, block_size);
+int64_t DecodeSteps::cached_of(int64_t i, int64_t sequences, int64_t cached) {
+  if (sequences <= 1) return cached;
+  return cached / 2 + (cached * i) / (sequences - 1);  // c/2 .. 3c/2, evenly
 }
 
-DecodeStepPlan::DecodeStepPlan(int64_t sequences, int64_t cached, int32_t block_size)
-    : tables_(size_t(sequences)), blocks_(blocks(sequences, cached, block_size)) {
-  const int64_t per_sequence = ceil_div(cached + 1, block_size);
+int64_t DecodeSteps::blocks(int64_t sequences, int64_t cached, int64_t steps, int32_t block_size) {
+  int64_t total = 0;
+  for (int64_t i = 0; i < sequences; ++i) total += ceil_div(cached_of(i, sequences, cached) + steps + 1, block_size);
+  return total;
+}
+
+DecodeSteps::DecodeSteps(int64_t sequences, int64_t cached, int64_t steps, int32_t block_size)
+    : tables_(size_t(sequences)) {
+  int32_t next_block = 0;
   for (int64_t i = 0; i < sequences; ++i) {
-    for (int64_t b = 0; b < per_sequence; ++b) tables_[size_t(i)].push_back(int32_t(i * per_sequence + b));
+    const int64_t c = cached_of(i, sequences, cached);
+    for (int64_t b = 0; b < ceil_div(c + steps + 1, block_size); ++b) tables_[size_t(i)].push_back(next_block++);
     ScheduledSequence seq;
     seq.request_id = i + 1;
     seq.num_query_tokens = 1;
-    seq.num_cached_tokens = int32_t(cached);
+    seq.num_cached_tokens = int32_t(c);
     seq.is_prefill = false;
     seq.samples = true;
     seq.block_table = tables_[size_t(i)];
     plan_.add(seq);
   }
+}
+
+void DecodeSteps::advance() {
+  for (ScheduledSequence& s : plan_.sequences) ++s.num_cached_tokens;  // the tables were sized for `steps`
 }
 
 double tables_seconds(const DeviceProfile& p, const IterationPlan& plan) {
@@ -199,25 +211,33 @@ void measure_in_situ(DeviceProfile& p, Executor& executor, const std::vector<int
 void measure_decode_in_situ(DeviceProfile& p, Executor& executor, const std::vector<int64_t>& batches,
                             int64_t cached, int32_t block_size, int repetitions,
                             const std::function<void(const std::string&)>& say) {
-  std::vector<double> measured;
-  for (int64_t b : batches) {
-    const DecodeStepPlan step(b, cached, block_size);
-    measured.push_back(median_execute_s(executor, step.plan(), 3, repetitions));
-  }
-  const int64_t largest = batches.empty() ? 0 : *std::max_element(batches.begin(), batches.end());
-  for (int64_t id = 1; id <= largest; ++id) executor.on_request_finished(id);
+  constexpr int kWarmUp = 3;
   DeviceProfile without = p;
   without.decode_in_situ = {};
   const ProfileModel model(std::move(without), p.model, "calibration");
   p.decode_in_situ = {};
-  for (size_t i = 0; i < batches.size(); ++i) {
-    const DecodeStepPlan step(batches[i], cached, block_size);
-    const double predicted = model.breakdown(step.plan()).total();
-    p.decode_in_situ.x.push_back(double(batches[i]));
-    p.decode_in_situ.factor.push_back(std::max(0.1, measured[i] / predicted));
+  for (int64_t b : batches) {
+    const int reps = std::max(repetitions, 1);
+    DecodeSteps steps(b, cached, kWarmUp + reps, block_size);
+    std::vector<double> ratios, measured_s, predicted_s;
+    IterationResult result;
+    for (int i = 0; i < kWarmUp + reps; ++i) {
+      const double predicted = model.breakdown(steps.plan()).total();
+      result.reset();
+      executor.execute(steps.plan(), result);
+      if (i >= kWarmUp) {
+        ratios.push_back(result.duration_s / predicted);
+        measured_s.push_back(result.duration_s);
+        predicted_s.push_back(predicted);
+      }
+      steps.advance();
+    }
+    for (int64_t id = 1; id <= b; ++id) executor.on_request_finished(id);
+    p.decode_in_situ.x.push_back(double(b));
+    p.decode_in_situ.factor.push_back(std::max(0.1, median(ratios)));
     if (say)
-      say(fmt::format("    in situ: a decode step of {} sequence{} took {:.3f} ms, the tables say {:.3f} ms: x{:.3f}",
-                      batches[i], batches[i] == 1 ? "" : "s", measured[i] * 1e3, predicted * 1e3,
+      say(fmt::format("    in situ: decode steps of {} sequence{} took {:.3f} ms, the tables say {:.3f} ms: x{:.3f}",
+                      b, b == 1 ? "" : "s", median(measured_s) * 1e3, median(predicted_s) * 1e3,
                       p.decode_in_situ.factor.back()));
   }
 }

@@ -58,22 +58,27 @@ class OneSequencePlan {
   IterationPlan plan_;
 };
 
-// `sequences` sequences (request ids 1, 2, ...) each decoding one token
-// after `cached` ones and sampling it, in KV blocks 0, 1, ... (each its
-// own): a decode step of the whole-model measurements. Not copyable.
-class DecodeStepPlan {
+// Decode steps as a server runs them: `sequences` sequences (request ids
+// 1, 2, ...), sequence i after c_i cached tokens with the c_i spread evenly
+// over [c / 2, 3 c / 2] (c for one sequence), each decoding one token and
+// sampling it; advance() moves every sequence one token on, so successive
+// steps write new KV slots and attend over one more token, as served steps
+// do. Each sequence owns enough KV blocks (0, 1, ...) for `steps` steps.
+// Not copyable: the plan points into the block tables.
+class DecodeSteps {
  public:
-  DecodeStepPlan(int64_t sequences, int64_t cached, int32_t block_size);
-  DecodeStepPlan(const DecodeStepPlan&) = delete;
-  DecodeStepPlan& operator=(const DecodeStepPlan&) = delete;
+  DecodeSteps(int64_t sequences, int64_t cached, int64_t steps, int32_t block_size);
+  DecodeSteps(const DecodeSteps&) = delete;
+  DecodeSteps& operator=(const DecodeSteps&) = delete;
   const IterationPlan& plan() const { return plan_; }
-  int64_t blocks() const { return blocks_; }
-  static int64_t blocks(int64_t sequences, int64_t cached, int32_t block_size);
+  void advance();
+  // KV blocks the steps need.
+  static int64_t blocks(int64_t sequences, int64_t cached, int64_t steps, int32_t block_size);
+  static int64_t cached_of(int64_t i, int64_t sequences, int64_t cached);  // c_i
 
  private:
   std::vector<std::vector<int32_t>> tables_;
   IterationPlan plan_;
-  int64_t blocks_ = 0;
 };
 
 // What the tables of `p` predict for `plan`, without the fixed iteration
@@ -97,12 +102,12 @@ std::vector<int64_t> in_situ_lengths(const CalibrationOptions& options, int64_t 
 // the profiled model with at least ceil(max(lengths) / block_size) KV blocks.
 void measure_in_situ(DeviceProfile& p, Executor& executor, const std::vector<int64_t>& lengths,
                      int32_t block_size, int repetitions, const std::function<void(const std::string&)>& say);
-// Fills p.decode_in_situ: a whole decode step of each of `batches`
-// sequences after `cached` tokens on `executor` (3 warm-ups, then
-// `repetitions` timed; the median) over what p predicts for it (its tables,
+// Fills p.decode_in_situ: for each of `batches` sequences, 3 + `repetitions`
+// successive DecodeSteps around `cached` tokens on `executor`, and the
+// median over the timed ones of measured / predicted (p's tables,
 // gemm_in_situ and iteration overhead). Call after p's other parts are set.
-// The executor must hold max(batches) x ceil((cached + 1) / block_size) KV
-// blocks. Its request ids 1 .. max(batches) are finished afterwards.
+// The executor must hold DecodeSteps::blocks(max(batches), cached, 3 +
+// repetitions) KV blocks. Its request ids are finished after each batch.
 void measure_decode_in_situ(DeviceProfile& p, Executor& executor, const std::vector<int64_t>& batches,
                             int64_t cached, int32_t block_size, int repetitions,
                             const std::function<void(const std::string&)>& say);

@@ -4,19 +4,23 @@
 // refusal of a mismatched profile, and an end-to-end simulation.
 #include <catch2/catch.hpp>
 
+
 #include <cmath>
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "calib/calibration_common.h"
 #include "calib/profile.h"
 #include "calib/profile_model.h"
 #include "sim/errors.h"
+#include "sim/executor.h"
 #include "sim/hardware_spec.h"
 #include "sim/iteration_plan.h"
 #include "sim/model_spec.h"
@@ -583,4 +587,69 @@ TEST_CASE("profile model: the decode-step factor scales whole decode steps only,
   bad = p.to_json();
   bad["tables"].erase("decode_in_situ");  // an older profile: no curve, factor 1
   CHECK(DeviceProfile::from_json(bad, "test").decode_in_situ.x.empty());
+}
+
+TEST_CASE("calibration::DecodeSteps: contexts spread over c/2 .. 3c/2, own blocks, one token further each step") {
+  calibration::DecodeSteps steps(5, 256, 10, 16);
+  const IterationPlan& plan = steps.plan();
+  REQUIRE(plan.sequences.size() == 5);
+  CHECK(plan.sequences.front().num_cached_tokens == 128);
+  CHECK(plan.sequences.back().num_cached_tokens == 384);
+  CHECK(plan.sequences[2].num_cached_tokens == 256);  // the middle one at c
+  std::set<int32_t> blocks;
+  for (const ScheduledSequence& s : plan.sequences) {
+    CHECK(s.num_query_tokens == 1);
+    CHECK(!s.is_prefill);
+    CHECK(s.samples);
+    // Room for 10 more tokens after the first step's.
+    CHECK(int64_t(s.block_table.size()) * 16 >= s.num_cached_tokens + 10 + 1);
+    for (int32_t b : s.block_table) CHECK(blocks.insert(b).second);  // no block shared
+  }
+  CHECK(int64_t(blocks.size()) == calibration::DecodeSteps::blocks(5, 256, 10, 16));
+  CHECK(*blocks.rbegin() == int32_t(blocks.size()) - 1);  // blocks 0, 1, ...
+  steps.advance();
+  CHECK(plan.sequences.front().num_cached_tokens == 129);
+  CHECK(plan.sequences.back().num_cached_tokens == 385);
+  calibration::DecodeSteps one(1, 256, 3, 16);
+  CHECK(one.plan().sequences.front().num_cached_tokens == 256);
+}
+
+namespace {
+
+// Takes `scale` times the profile's prediction of every plan, one step in
+// ten twice as long (the median ignores it).
+class ScaledExecutor final : public Executor {
+ public:
+  ScaledExecutor(const ProfileModel& model, double scale) : model_(model), scale_(scale) {}
+  std::string name() const override { return "scaled profile"; }
+  void execute(const IterationPlan& plan, IterationResult& result) override {
+    result.duration_s = scale_ * model_.breakdown(plan).total() * (++calls_ % 10 == 0 ? 2.0 : 1.0);
+    contexts.push_back(plan.sequences.front().num_cached_tokens);
+  }
+  std::vector<int32_t> contexts;
+
+ private:
+  const ProfileModel& model_;
+  double scale_;
+  int calls_ = 0;
+};
+
+}  // namespace
+
+TEST_CASE("measure_decode_in_situ: the median of measured over predicted per batch size, on advancing steps") {
+  const ModelSpec m = tiny_model();
+  DeviceProfile p = synthetic_profile(m);
+  const ProfileModel tables(p, m);
+  ScaledExecutor executor(tables, 0.8);
+  calibration::measure_decode_in_situ(p, executor, {1, 4, 16}, 255, 16, 9, {});
+  REQUIRE(p.decode_in_situ.x == std::vector<double>{1, 4, 16});
+  for (double f : p.decode_in_situ.factor) CHECK(f == Approx(0.8));
+  // 3 warm-ups and 9 timed steps per batch size, each one token further.
+  REQUIRE(executor.contexts.size() == 36);
+  CHECK(executor.contexts[1] == executor.contexts[0] + 1);
+  CHECK(executor.contexts[11] == executor.contexts[0] + 11);
+  // The factor then makes the profile predict those steps as measured.
+  const ProfileModel fitted(p, m);
+  calibration::DecodeSteps steps(4, 255, 1, 16);
+  CHECK(fitted.breakdown(steps.plan()).total() == Approx(0.8 * tables.breakdown(steps.plan()).total()));
 }
