@@ -19,7 +19,7 @@ class CudaError : public std::runtime_error {
 
 }  // namespace servesim::cuda
 
-// CUDA_CHECK(cudaMalloc(&p, n));  CUBLAS_CHECK(cublasGemmEx(...));
+// CUDA_CHECK(cudaMalloc(&p, n));  CUBLAS_CHECK(cublasLtMatmul(...));
 #define CUDA_CHECK(call)                                                            \
   do {                                                                              \
     const cudaError_t servesim_status_ = (call);                                    \
