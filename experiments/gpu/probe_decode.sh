@@ -2,7 +2,8 @@
 # Why do the calibration's and the benchmark's 1-sequence decode steps run
 # ~3% slower than the same steps served by the engine (llama-3.1-8b on the
 # H200: 4.95 ms against 4.77 ms)? Times 1-sequence steps five ways:
-#   bench       servesim_cuda_decoder_bench at context 256 (a direct loop)
+#   bench       servesim_cuda_decoder_bench at context 256 (a direct loop),
+#               straight after its ceilings' GEMMs and after a 3 s pause
 #   served-24g  servesim run, one request at a time, 24 GiB of KV cache
 #   served-1g   the same with 1 GiB of KV cache
 #   served-cold the same with --warm-up-tokens 0 (no warm-up, no prepared batches)
@@ -14,9 +15,13 @@ repo=$(cd "$(dirname "$0")/../.." && pwd)
 export LD_LIBRARY_PATH="$repo/gpu-bundle/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}"
 b=$repo/gpu-bundle
 mkdir -p "$out"
-timeout 60 "$b/servesim_cuda_decoder_bench" --model llama-3.1-8b --context 256 --decode-steps 200 \
-  --json "$out/bench.json" >"$out/bench.log" 2>&1
-python3 -c "import json;d=json.load(open('$out/bench.json'))['decode'];print(f\"bench       median {1e3*d['step_s_median']:.3f} ms\")"
+for pause in 0 3000; do  # straight after the ceilings' heavy GEMMs, and after 3 s idle
+  flags=()
+  [ "$pause" -gt 0 ] && flags=(--pause-ms "$pause")
+  timeout 60 "$b/servesim_cuda_decoder_bench" --model llama-3.1-8b --context 256 --decode-steps 200 "${flags[@]}" \
+    --json "$out/bench_$pause.json" >"$out/bench_$pause.log" 2>&1
+  python3 -c "import json;d=json.load(open('$out/bench_$pause.json'))['decode'];print(f\"bench (pause $pause ms) median {1e3*d['step_s_median']:.3f} ms\")"
+done
 served() {  # NAME FLAGS...
   local name=$1
   shift
