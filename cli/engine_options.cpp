@@ -46,7 +46,9 @@ void add_engine_options(po::options_description& general) {
       ("threads", po::value<int>()->default_value(0), "CPU threads (0: every core; cpu only)")
       ("warm-up-tokens", po::value<int32_t>()->default_value(256),
        "before the clock starts, warm each decoder up with a prefill of this many tokens (capped by "
-       "--max-num-batched-tokens) and 4 decode steps, as serving engines do at start-up; 0: none")
+       "--max-num-batched-tokens) and 4 decode steps, as serving engines do at start-up; on cuda it also "
+       "readies the largest batch (activations, every GEMM bucket's kernel, every decode bucket's CUDA graph); "
+       "0: none")
       ("kv-cache-memory", po::value<std::string>()->default_value("1GiB"),
        "memory for the KV cache (fp32 on cpu, bf16 on cuda), which sets --num-gpu-blocks unless that is given")
       ("temperature", po::value<double>()->default_value(0.0, "0"), "0 = greedy")
