@@ -484,7 +484,20 @@ DeviceProfile calibrate(const CalibrationOptions& options, std::function<void(co
   const PlacementRatioSettings ladder_defaults;
   const double ladder_kv_bytes = double(ladder_defaults.decode_batches.back()) *
                                  double(ceil_div(ladder_defaults.context + 1, bs)) * bs * per_token_kv;
-  const double peak = 2 * decoder_bytes + std::max(copies_bytes + kv_bytes + activations, ladder_kv_bytes);
+  // The whole-model decoder also serves the decode-step factor's steps:
+  // 1 .. 32 sequences (up to max_num_seqs) around context 128, spread over
+  // 64 .. 191 cached tokens and growing a token a step, as served batches
+  // are (calibration::DecodeSteps).
+  const int64_t step_cached = std::min<int64_t>(128, resolved_max_context(options)) - 1;
+  std::vector<int64_t> step_batches;
+  for (int64_t b : {1, 2, 4, 8, 16, 32})
+    if (b <= options.max_num_seqs) step_batches.push_back(b);
+  const int step_warm_up = quick ? 3 : 1, step_timed = quick ? settings.repetitions : 4;
+  const int64_t step_blocks = step_batches.empty() ? 0
+      : calibration::DecodeSteps::blocks(step_batches.back(), step_cached, step_warm_up + step_timed, bs);
+  const double step_kv_bytes = double(step_blocks) * bs * per_token_kv * double(L);
+  const double peak = 2 * decoder_bytes + step_kv_bytes +
+                      std::max(copies_bytes + kv_bytes + activations, ladder_kv_bytes);
   const double physical = physical_memory_bytes();
   // A model the CPU decoder cannot hold (`servesim run` refuses it) is not
   // worth calibrating for.
@@ -555,15 +568,22 @@ DeviceProfile calibrate(const CalibrationOptions& options, std::function<void(co
     executor_options.sampling = options.sampling;
     const int64_t tokens = std::max(context, situ_lengths.empty() ? int64_t(0) : situ_lengths.back());
     whole = std::make_shared<DecoderExecutor>(
-        make_cpu_decoder(random_weights(model, options.weights_seed), ceil_div(tokens, bs), bs, decoder_options),
+        make_cpu_decoder(random_weights(model, options.weights_seed), std::max(ceil_div(tokens, bs), step_blocks),
+                         bs, decoder_options),
         executor_options);
   }
+  // step_times[moment][i]: the timed decode steps of step_batches[i] at one
+  // anchor probe's moment (full mode; quick measures them once at the end).
+  std::vector<std::vector<std::vector<double>>> step_times;
   auto measure_situ = [&] {
     if (quick) return;  // quick: once, at the end
     for (size_t i = 0; i < situ_lengths.size(); ++i) {
       const calibration::OneSequencePlan prefill(1, situ_lengths[i], 0, true, bs);
       situ_times[i].push_back(calibration::median_execute_s(*whole, prefill.plan(), 1, 2));
     }
+    auto& moment = step_times.emplace_back();
+    for (int64_t b : step_batches)
+      moment.push_back(calibration::time_decode_steps(*whole, b, step_cached, bs, step_warm_up, step_timed));
   };
 
   const int families = 12;
@@ -852,6 +872,35 @@ DeviceProfile calibrate(const CalibrationOptions& options, std::function<void(co
         {"seconds", situ_times},
         {"meaning", "whole-model prefills (median of 2 after 1 warm-up) with every anchor probe; the in-situ "
                     "factor uses each length's median over the moments of the anchor's placement"}};
+  }
+
+  // ---- decode steps in situ (calib/profile_model.h): served-like decode
+  // steps of 1 .. 32 sequences against the tables with the overhead and
+  // gemm_in_situ. On the 2-core VM the tables alone put steps of 2-8
+  // sequences 4-9% above what the study's real runs took, 1 sequence and
+  // 16-32 within 2% (experiments/results/cpu, commit 44269b9).
+  if (!step_batches.empty() && quick) {
+    calibration::measure_decode_in_situ(p, *whole, step_batches, step_cached, bs, settings.repetitions, say);
+  } else if (!step_batches.empty()) {
+    const Placement dominant = placements.dominant();
+    std::vector<std::vector<double>> kept(step_batches.size());
+    std::vector<std::vector<double>> medians(step_times.size());  // per moment, per batch size
+    for (size_t m = 0; m < step_times.size(); ++m) {
+      for (size_t i = 0; i < step_batches.size(); ++i) medians[m].push_back(calibration::median(step_times[m][i]));
+      if (m < probes.size() && dominant != Placement::Unknown && probes[m].placement() != dominant) continue;
+      for (size_t i = 0; i < step_batches.size(); ++i)
+        kept[i].insert(kept[i].end(), step_times[m][i].begin(), step_times[m][i].end());
+    }
+    say(fmt::format("in situ: decode steps of {} sequences around context {}, {} steps at each of {} moments",
+                    axis_text(step_batches), step_cached + 1, step_timed, step_times.size()));
+    calibration::set_decode_in_situ(p, step_batches, step_cached, bs, step_warm_up, step_timed, kept, say);
+    p.metadata["decode_in_situ"] = {
+        {"sequences", step_batches},
+        {"cached", {step_cached / 2, step_cached / 2 + step_cached}},
+        {"seconds_median", medians},
+        {"meaning", "successive decode steps (contexts spread over 'cached', one token further each step; "
+                    "median per moment and batch size here) with every anchor probe; the factor is the median "
+                    "over the anchor placement's moments of measured / predicted"}};
   }
 
   // ---- placement ratios (calib/placement_ratios.h): whole-model

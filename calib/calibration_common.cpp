@@ -208,38 +208,56 @@ void measure_in_situ(DeviceProfile& p, Executor& executor, const std::vector<int
   set_in_situ(p, lengths, measured, block_size, say);
 }
 
-void measure_decode_in_situ(DeviceProfile& p, Executor& executor, const std::vector<int64_t>& batches,
-                            int64_t cached, int32_t block_size, int repetitions,
-                            const std::function<void(const std::string&)>& say) {
-  constexpr int kWarmUp = 3;
+std::vector<double> time_decode_steps(Executor& executor, int64_t sequences, int64_t cached, int32_t block_size,
+                                      int warm_up, int timed) {
+  DecodeSteps steps(sequences, cached, warm_up + timed, block_size);
+  std::vector<double> seconds;
+  IterationResult result;
+  for (int i = 0; i < warm_up + timed; ++i) {
+    result.reset();
+    executor.execute(steps.plan(), result);
+    if (i >= warm_up) seconds.push_back(result.duration_s);
+    steps.advance();
+  }
+  for (int64_t id = 1; id <= sequences; ++id) executor.on_request_finished(id);
+  return seconds;
+}
+
+void set_decode_in_situ(DeviceProfile& p, const std::vector<int64_t>& batches, int64_t cached, int32_t block_size,
+                        int warm_up, int timed, const std::vector<std::vector<double>>& measured,
+                        const std::function<void(const std::string&)>& say) {
+  if (measured.size() != batches.size() || timed < 1)
+    throw std::logic_error("set_decode_in_situ: one list of timed steps per batch size");
   DeviceProfile without = p;
   without.decode_in_situ = {};
   const ProfileModel model(std::move(without), p.model, "calibration");
   p.decode_in_situ = {};
-  for (int64_t b : batches) {
-    const int reps = std::max(repetitions, 1);
-    DecodeSteps steps(b, cached, kWarmUp + reps, block_size);
-    std::vector<double> ratios, measured_s, predicted_s;
-    IterationResult result;
-    for (int i = 0; i < kWarmUp + reps; ++i) {
-      const double predicted = model.breakdown(steps.plan()).total();
-      result.reset();
-      executor.execute(steps.plan(), result);
-      if (i >= kWarmUp) {
-        ratios.push_back(result.duration_s / predicted);
-        measured_s.push_back(result.duration_s);
-        predicted_s.push_back(predicted);
-      }
-      steps.advance();
-    }
-    for (int64_t id = 1; id <= b; ++id) executor.on_request_finished(id);
-    p.decode_in_situ.x.push_back(double(b));
+  for (size_t i = 0; i < batches.size(); ++i) {
+    if (measured[i].empty()) continue;
+    // The prediction of each timed step of a run (contexts one token apart).
+    DecodeSteps steps(batches[i], cached, warm_up + timed, block_size);
+    for (int k = 0; k < warm_up; ++k) steps.advance();
+    std::vector<double> predicted;
+    for (int k = 0; k < timed; ++k, steps.advance()) predicted.push_back(model.breakdown(steps.plan()).total());
+    std::vector<double> ratios;
+    for (size_t k = 0; k < measured[i].size(); ++k) ratios.push_back(measured[i][k] / predicted[k % size_t(timed)]);
+    p.decode_in_situ.x.push_back(double(batches[i]));
     p.decode_in_situ.factor.push_back(std::max(0.1, median(ratios)));
     if (say)
       say(fmt::format("    in situ: decode steps of {} sequence{} took {:.3f} ms, the tables say {:.3f} ms: x{:.3f}",
-                      b, b == 1 ? "" : "s", median(measured_s) * 1e3, median(predicted_s) * 1e3,
+                      batches[i], batches[i] == 1 ? "" : "s", median(measured[i]) * 1e3, median(predicted) * 1e3,
                       p.decode_in_situ.factor.back()));
   }
+}
+
+void measure_decode_in_situ(DeviceProfile& p, Executor& executor, const std::vector<int64_t>& batches,
+                            int64_t cached, int32_t block_size, int repetitions,
+                            const std::function<void(const std::string&)>& say) {
+  constexpr int kWarmUp = 3;
+  const int timed = std::max(repetitions, 1);
+  std::vector<std::vector<double>> measured;
+  for (int64_t b : batches) measured.push_back(time_decode_steps(executor, b, cached, block_size, kWarmUp, timed));
+  set_decode_in_situ(p, batches, cached, block_size, kWarmUp, timed, measured, say);
 }
 
 void set_in_situ(DeviceProfile& p, const std::vector<int64_t>& lengths, const std::vector<double>& measured_s,

@@ -102,12 +102,23 @@ std::vector<int64_t> in_situ_lengths(const CalibrationOptions& options, int64_t 
 // the profiled model with at least ceil(max(lengths) / block_size) KV blocks.
 void measure_in_situ(DeviceProfile& p, Executor& executor, const std::vector<int64_t>& lengths,
                      int32_t block_size, int repetitions, const std::function<void(const std::string&)>& say);
-// Fills p.decode_in_situ: for each of `batches` sequences, 3 + `repetitions`
-// successive DecodeSteps around `cached` tokens on `executor`, and the
-// median over the timed ones of measured / predicted (p's tables,
-// gemm_in_situ and iteration overhead). Call after p's other parts are set.
-// The executor must hold DecodeSteps::blocks(max(batches), cached, 3 +
-// repetitions) KV blocks. Its request ids are finished after each batch.
+// The seconds of `timed` successive DecodeSteps of `sequences` sequences
+// around `cached` tokens on `executor`, after `warm_up` untimed ones. The
+// executor must hold DecodeSteps::blocks(sequences, cached, warm_up +
+// timed) KV blocks; its request ids 1 .. sequences are finished after.
+std::vector<double> time_decode_steps(Executor& executor, int64_t sequences, int64_t cached, int32_t block_size,
+                                      int warm_up, int timed);
+// Fills p.decode_in_situ: for each of `batches`, the median over its
+// measured steps of measured / predicted (p's tables, gemm_in_situ and
+// iteration overhead). measured[i] holds batches[i]'s timed steps from
+// time_decode_steps(.., warm_up, timed), one or more runs of them back to
+// back (step k is the (k mod timed)-th of its run). Call after p's other
+// parts are set.
+void set_decode_in_situ(DeviceProfile& p, const std::vector<int64_t>& batches, int64_t cached, int32_t block_size,
+                        int warm_up, int timed, const std::vector<std::vector<double>>& measured,
+                        const std::function<void(const std::string&)>& say);
+// Both at once: 3 warm-up and `repetitions` timed steps per batch size (the
+// CUDA calibration, the CPU's quick one).
 void measure_decode_in_situ(DeviceProfile& p, Executor& executor, const std::vector<int64_t>& batches,
                             int64_t cached, int32_t block_size, int repetitions,
                             const std::function<void(const std::string&)>& say);

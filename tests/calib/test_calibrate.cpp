@@ -423,4 +423,17 @@ TEST_CASE("A full calibration takes the in-situ prefills with every anchor probe
   calibration::set_in_situ(expected, {32}, {calibration::median(seconds)}, p.block_size, {});
   REQUIRE(p.gemm_in_situ.x == std::vector<double>{32});
   CHECK(p.gemm_in_situ.factor == expected.gemm_in_situ.factor);
+
+  // The decode steps too: 1, 2 and 4 sequences (max_num_seqs 4) at each of
+  // the 13 moments; the factor is the median over them of measured /
+  // predicted, each finite and positive.
+  const nlohmann::json& steps = p.metadata.at("decode_in_situ");
+  CHECK(steps.at("sequences") == nlohmann::json({1, 2, 4}));
+  REQUIRE(steps.at("seconds_median").size() == 13);
+  for (const auto& moment : steps.at("seconds_median")) {
+    REQUIRE(moment.size() == 3);
+    for (double s : moment.get<std::vector<double>>()) CHECK(s > 0);
+  }
+  REQUIRE(p.decode_in_situ.x == std::vector<double>{1, 2, 4});
+  for (double f : p.decode_in_situ.factor) CHECK((std::isfinite(f) && f > 0.1 && f < 10));
 }
