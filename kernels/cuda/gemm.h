@@ -5,16 +5,16 @@
 // terms, out' (N x T) = W' (K x N)^T in' (K x T): one matmul with
 // op(A) = T, op(B) = N and leading dimensions K, K, N.
 //
-// Why cuBLASLt with algorithms chosen per bucket of T, not cublasGemmEx:
-// cublasGemmEx runs cuBLAS's algorithm heuristic for every new (T, N, K).
-// On an H200 that cost a whole-model prefill about 8 ms each time a prompt
-// length came up for the first time (llama-3.1-8b: 15 ms instead of 6.4 ms;
-// experiments/gpu/probe_prefill.sh, 2026-11-30), so a served workload with
-// prompts of every length paid it on most prefills. Here the heuristic runs
-// once per bucket of T (rounded up: 1, 2, 4, 8, multiples of 8 to 256, then
-// four steps per octave), at the bucket's top, and every T in the bucket
-// reuses that algorithm; prepare() runs the heuristics for every bucket up
-// to a bound ahead of time (a serving engine's start-up).
+// Why algorithms chosen per bucket of T, and prepared ahead: on an H200 a
+// served llama-3.1-8b prefill took ~15 ms instead of 6.4 ms each time a new
+// prompt length came up (experiments/gpu/probe_prefill.sh, 2026-11-30;
+// CUDA_MODULE_LOADING=EAGER did not help). Choosing the algorithm once per
+// bucket of T (rounded up: 1, 2, 4, 8, multiples of 8 to 256, then four
+// steps per octave, every T of a bucket reusing it) did not remove it on
+// its own: cuBLASLt loads a kernel on its first launch. prepare() chooses
+// every bucket's algorithm up to a bound, and the CUDA decoder launches
+// each bucket once at start-up (Backend::prepare_gemms), as a serving
+// engine's warm-up does; that removed it (experiments/results/h200).
 #pragma once
 
 #include <cublasLt.h>
