@@ -109,7 +109,7 @@ class Backend {
   // 0's weights; the outputs are scratch): a bucket's first launch loads
   // its kernel, which on an H200 cost a first prefill of a new length
   // ~10 ms even with the algorithm chosen (CUDA_MODULE_LOADING=EAGER did not
-  // help: cuBLASLt loads its kernels itself).
+  // help; the cost is in the first launch, not the algorithm choice).
   void prepare_gemms(const Weights& w, Scratch& s, int64_t max_tokens, int64_t max_sample_rows);
   // Device bytes of the activations for T tokens and S sampling rows.
   double scratch_bytes(int64_t T, int64_t S) const;

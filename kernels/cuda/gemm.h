@@ -11,7 +11,7 @@
 // CUDA_MODULE_LOADING=EAGER did not help). Choosing the algorithm once per
 // bucket of T (rounded up: 1, 2, 4, 8, multiples of 8 to 256, then four
 // steps per octave, every T of a bucket reusing it) did not remove it on
-// its own: cuBLASLt loads a kernel on its first launch. prepare() chooses
+// its own: the cost is in a kernel's first launch. prepare() chooses
 // every bucket's algorithm up to a bound, and the CUDA decoder launches
 // each bucket once at start-up (Backend::prepare_gemms), as a serving
 // engine's warm-up does; that removed it (experiments/results/h200).
