@@ -492,7 +492,7 @@ DeviceProfile calibrate(const CalibrationOptions& options, std::function<void(co
   std::vector<int64_t> step_batches;
   for (int64_t b : {1, 2, 4, 8, 16, 32})
     if (b <= options.max_num_seqs) step_batches.push_back(b);
-  const int step_warm_up = quick ? 3 : 1, step_timed = quick ? settings.repetitions : 4;
+  const int step_warm_up = quick ? calibration::kDecodeStepWarmUp : 1, step_timed = quick ? settings.repetitions : 4;
   const int64_t step_blocks = step_batches.empty() ? 0
       : calibration::DecodeSteps::blocks(step_batches.back(), step_cached, step_warm_up + step_timed, bs);
   const double step_kv_bytes = double(step_blocks) * bs * per_token_kv * double(L);
@@ -852,16 +852,19 @@ DeviceProfile calibrate(const CalibrationOptions& options, std::function<void(co
   // ---- in situ: whole-model prefills of T tokens against the tables
   // (calib/profile_model.h), so the GEMMs' cost inside a forward pass is
   // what a prediction uses.
+  // The moments of the anchor's placement (all when none dominates): the
+  // in-situ prefills and decode steps measured at them set the factors.
+  auto in_anchor_placement = [&, dominant = placements.dominant()](size_t moment) {
+    return dominant == Placement::Unknown || (moment < probes.size() && probes[moment].placement() == dominant);
+  };
   if (!situ_lengths.empty() && quick) {
     calibration::measure_in_situ(p, *whole, situ_lengths, bs, settings.repetitions, say);
   } else if (!situ_lengths.empty()) {
-    // The moments of the anchor's placement (all when none dominates).
-    const Placement dominant = placements.dominant();
     std::vector<double> medians;
     for (const std::vector<double>& times : situ_times) {
       std::vector<double> kept;
       for (size_t i = 0; i < times.size() && i < probes.size(); ++i)
-        if (dominant == Placement::Unknown || probes[i].placement() == dominant) kept.push_back(times[i]);
+        if (in_anchor_placement(i)) kept.push_back(times[i]);
       medians.push_back(calibration::median(kept.empty() ? times : kept));
     }
     say(fmt::format("in situ: whole-model prefills of {} tokens, the median over {} moments of the calibration",
@@ -882,12 +885,11 @@ DeviceProfile calibrate(const CalibrationOptions& options, std::function<void(co
   if (!step_batches.empty() && quick) {
     calibration::measure_decode_in_situ(p, *whole, step_batches, step_cached, bs, settings.repetitions, say);
   } else if (!step_batches.empty()) {
-    const Placement dominant = placements.dominant();
     std::vector<std::vector<double>> kept(step_batches.size());
     std::vector<std::vector<double>> medians(step_times.size());  // per moment, per batch size
     for (size_t m = 0; m < step_times.size(); ++m) {
       for (size_t i = 0; i < step_batches.size(); ++i) medians[m].push_back(calibration::median(step_times[m][i]));
-      if (m < probes.size() && dominant != Placement::Unknown && probes[m].placement() != dominant) continue;
+      if (!in_anchor_placement(m)) continue;
       for (size_t i = 0; i < step_batches.size(); ++i)
         kept[i].insert(kept[i].end(), step_times[m][i].begin(), step_times[m][i].end());
     }

@@ -136,7 +136,7 @@ DeviceProfile calibrate_cuda(const CalibrationOptions& options, std::function<vo
   for (int64_t b : {1, 4, 16, 64, 256})
     if (b <= options.max_num_seqs) step_batches.push_back(b);
   const int64_t step_sequences = step_batches.empty() ? 0 : step_batches.back();
-  const int64_t step_count = 3 + (quick ? kQuickDecodeRepetitions : kDecodeRepetitions);
+  const int64_t step_count = calibration::kDecodeStepWarmUp + (quick ? kQuickDecodeRepetitions : kDecodeRepetitions);
   const int64_t decoder_blocks =
       std::max(ceil_div(whole_tokens, bs), calibration::DecodeSteps::blocks(step_sequences, step_cached, step_count, bs));
   const double decoder_bytes = double(m.L) * m.layer_weight_bytes() + head_bytes +

@@ -30,7 +30,8 @@
 // minus the tables' prediction for it, clamped at 0. gemm_in_situ: whole-
 // model prefills of 32 and 128 (full: also 512) tokens, as on the CPU.
 // decode_in_situ: whole-model decode steps of 1, 4, 16, 64 and 256 sequences
-// (up to max_num_seqs) at context 256, graph-replayed as served, over what
+// (up to max_num_seqs) around context 256 (calibration::DecodeSteps),
+// graph-replayed as served, over what
 // the rest of the profile predicts for them. No anchor probes
 // (calib/anchor.h; a GPU keeps its speed).
 // The raw measurements (every repetition's seconds) go to

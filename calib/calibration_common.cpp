@@ -253,11 +253,11 @@ void set_decode_in_situ(DeviceProfile& p, const std::vector<int64_t>& batches, i
 void measure_decode_in_situ(DeviceProfile& p, Executor& executor, const std::vector<int64_t>& batches,
                             int64_t cached, int32_t block_size, int repetitions,
                             const std::function<void(const std::string&)>& say) {
-  constexpr int kWarmUp = 3;
   const int timed = std::max(repetitions, 1);
   std::vector<std::vector<double>> measured;
-  for (int64_t b : batches) measured.push_back(time_decode_steps(executor, b, cached, block_size, kWarmUp, timed));
-  set_decode_in_situ(p, batches, cached, block_size, kWarmUp, timed, measured, say);
+  for (int64_t b : batches)
+    measured.push_back(time_decode_steps(executor, b, cached, block_size, kDecodeStepWarmUp, timed));
+  set_decode_in_situ(p, batches, cached, block_size, kDecodeStepWarmUp, timed, measured, say);
 }
 
 void set_in_situ(DeviceProfile& p, const std::vector<int64_t>& lengths, const std::vector<double>& measured_s,

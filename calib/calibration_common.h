@@ -117,8 +117,10 @@ std::vector<double> time_decode_steps(Executor& executor, int64_t sequences, int
 void set_decode_in_situ(DeviceProfile& p, const std::vector<int64_t>& batches, int64_t cached, int32_t block_size,
                         int warm_up, int timed, const std::vector<std::vector<double>>& measured,
                         const std::function<void(const std::string&)>& say);
-// Both at once: 3 warm-up and `repetitions` timed steps per batch size (the
-// CUDA calibration, the CPU's quick one).
+// Untimed steps before measure_decode_in_situ's timed ones.
+constexpr int kDecodeStepWarmUp = 3;
+// Both at once: kDecodeStepWarmUp untimed and `repetitions` timed steps per
+// batch size (the CUDA calibration, the CPU's quick one).
 void measure_decode_in_situ(DeviceProfile& p, Executor& executor, const std::vector<int64_t>& batches,
                             int64_t cached, int32_t block_size, int repetitions,
                             const std::function<void(const std::string&)>& say);

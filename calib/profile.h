@@ -69,8 +69,9 @@ struct DeviceProfile {
   // the overhead) predict for it. The CUDA decoder replays such steps from
   // CUDA graphs, whose kernels run back to back with none of the launch and
   // ramp time each kernel pays when timed alone (an H200's llama-3.1-8b
-  // 1-sequence step: 4.87 ms against 5.98 ms of kernels). x = B
-  // (ascending); empty: factor 1 (CPU calibrations, older profiles).
+  // 1-sequence step: 4.87 ms against 5.98 ms of kernels); on the 2-core
+  // VM the CPU tables alone put steps of 2-8 sequences 4-9% high. x = B
+  // (ascending); empty: factor 1 (older profiles).
   InSitu decode_in_situ;
 
   // Ceilings measured in the same run.

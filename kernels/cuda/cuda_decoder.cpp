@@ -197,10 +197,7 @@ class CudaDecoder final : public DecoderModel {
     const int32_t bucket = graph_bucket(n);
     scratch_.meta.stage(layout, kv_.block_size, bucket);
     backend_.reserve(scratch_, bucket, bucket, bucket);  // nothing may be allocated while capturing
-    if (scratch_.generation() != graphs_generation_) {
-      drop_graphs();
-      graphs_generation_ = scratch_.generation();
-    }
+    drop_graphs_if_buffers_moved();
     scratch_.meta.upload(st);
     auto it = graphs_.find(bucket);
     if (it == graphs_.end()) it = graphs_.emplace(bucket, capture(layout)).first;
@@ -211,21 +208,21 @@ class CudaDecoder final : public DecoderModel {
   // `bucket` is staged (not uploaded: nothing runs while capturing, and
   // every replay uploads its own batch first).
   void capture_bucket(int32_t bucket) {
-    if (scratch_.generation() != graphs_generation_) {
-      drop_graphs();
-      graphs_generation_ = scratch_.generation();
-    }
-    if (graphs_.count(bucket)) return;
     const int32_t token = 0, block = 0;
     BatchLayout layout;
     layout.add_sequence(std::span<const int32_t>(&token, 1), 0, std::span<const int32_t>(&block, 1), true);
     scratch_.meta.stage(layout, kv_.block_size, bucket);
     backend_.reserve(scratch_, bucket, bucket, bucket);
-    if (scratch_.generation() != graphs_generation_) {  // the reserve grew a buffer after all
-      drop_graphs();
-      graphs_generation_ = scratch_.generation();
-    }
-    graphs_.emplace(bucket, capture(layout));
+    drop_graphs_if_buffers_moved();
+    if (!graphs_.count(bucket)) graphs_.emplace(bucket, capture(layout));
+  }
+
+  // A graph reads fixed addresses: once any buffer was reallocated, every
+  // captured graph is stale.
+  void drop_graphs_if_buffers_moved() {
+    if (scratch_.generation() == graphs_generation_) return;
+    drop_graphs();
+    graphs_generation_ = scratch_.generation();
   }
 
   // Records one forward pass of the staged (padded) batch as a graph.

@@ -62,6 +62,12 @@ int64_t gemm_bucket(int64_t T) {
   return (T + step - 1) / step * step;
 }
 
+std::vector<int64_t> gemm_buckets(int64_t max_T) {
+  std::vector<int64_t> buckets;
+  for (int64_t T = 1; T <= max_T; T = buckets.back() + 1) buckets.push_back(gemm_bucket(T));
+  return buckets;
+}
+
 Gemm::Gemm(cudaStream_t stream) : stream_(stream), workspace_(kWorkspaceBytes) {
   CUBLAS_CHECK(cublasLtCreate(&handle_));
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&op_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -86,10 +92,8 @@ void Gemm::f32_out(const bf16* in, const bf16* w, int64_t T, int64_t N, int64_t 
 void Gemm::prepare(int64_t N, int64_t K, bool f32_out, int64_t max_T) {
   const int out_type = f32_out ? CUDA_R_32F : CUDA_R_16BF;
   cublasLtMatmulAlgo_t algo;
-  for (int64_t T = 1; T <= max_T; T = gemm_bucket(T) + 1) {
-    const Key key{checked(N, "N"), checked(K, "K"), out_type, kMaxAlignment, gemm_bucket(T)};
-    algorithm(key, algo);
-  }
+  for (int64_t bucket : gemm_buckets(max_T))
+    algorithm(Key{checked(N, "N"), checked(K, "K"), out_type, kMaxAlignment, bucket}, algo);
 }
 
 bool Gemm::algorithm(const Key& key, cublasLtMatmulAlgo_t& algo) {

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <map>
 #include <tuple>
+#include <vector>
 
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/device_buffer.h"
@@ -30,6 +31,8 @@ namespace servesim::cuda {
 
 // The T an algorithm is chosen for: T rounded up to its bucket.
 int64_t gemm_bucket(int64_t T);
+// Every bucket a T in 1 .. max_T falls in, ascending (the last may exceed max_T).
+std::vector<int64_t> gemm_buckets(int64_t max_T);
 
 class Gemm {
  public:

@@ -5,10 +5,12 @@
 #include <catch2/catch.hpp>
 
 #include <set>
+#include <vector>
 
 #include "kernels/cuda/gemm.h"
 
 using servesim::cuda::gemm_bucket;
+using servesim::cuda::gemm_buckets;
 
 TEST_CASE("gemm_bucket rounds T up to 1, 2, 4, multiples of 8 to 256, then four steps per octave") {
   CHECK(gemm_bucket(1) == 1);
@@ -38,5 +40,14 @@ TEST_CASE("gemm_bucket: every T lands in a bucket at least T and within a quarte
   }
   // The heuristic runs once per bucket: few of them up to a typical token budget.
   CHECK(std::distance(buckets.begin(), buckets.upper_bound(8192)) <= 60);
+}
+TEST_CASE("gemm_buckets lists each bucket of 1 .. max_T once, the last covering max_T") {
+  const std::vector<int64_t> b = gemm_buckets(512);
+  CHECK(b.size() == 39);  // 1, 2, 4; 8 .. 256 by 8; 320, 384, 448, 512
+  CHECK(b.front() == 1);
+  CHECK(b.back() == 512);
+  CHECK(gemm_buckets(300).back() == 320);
+  for (size_t i = 1; i < b.size(); ++i) CHECK(b[i] == gemm_bucket(b[i - 1] + 1));
+  CHECK(gemm_buckets(0).empty());
 }
 #endif
