@@ -11,6 +11,7 @@
 
 #include "calib/placement.h"
 #include "calib/profile_model.h"
+#include "calib/replay_clock.h"
 #include "kernels/decoder/device_choice.h"
 #include "sim/clock.h"
 #include "sim/errors.h"
@@ -155,17 +156,24 @@ Placement PlacementTimelineExecutor::placement_at(double t) const {
 // ------------------------------------------------------------ replay
 
 RunRecords replay_timing(const RunRecords& measured, const std::vector<RecordedIteration>& iterations,
-                         std::span<const double> durations_s, bool closed_loop) {
+                         std::span<const double> durations_s) {
   if (durations_s.size() != iterations.size())
     throw std::invalid_argument(fmt::format("replay_timing: {} durations for {} iterations",
                                             durations_s.size(), iterations.size()));
-  const bool have_iteration_records = measured.iterations.size() == iterations.size();
-  if (closed_loop && !have_iteration_records)
-    throw std::invalid_argument("replay_timing: a closed-loop replay needs the measured iteration records");
+  if (measured.iterations.size() != iterations.size())
+    throw std::invalid_argument(fmt::format("replay_timing: {} measured iteration records for {} iterations",
+                                            measured.iterations.size(), iterations.size()));
+  std::vector<double> real_starts, real_durations;
+  for (const IterationRecord& it : measured.iterations) {
+    real_starts.push_back(it.start_s);
+    real_durations.push_back(it.duration_s);
+  }
+  const ReplayClock clock(real_starts, real_durations, durations_s);
 
   RunRecords out;
   out.requests = measured.requests;
   for (RequestRecord& r : out.requests) {
+    r.arrival_s = clock.at(r.arrival_s);  // the same instant, read on the replay clock
     r.first_scheduled_s = r.first_token_s = r.last_token_s = r.finish_s = -1;
     r.tokens_emitted = 0;
     r.emissions = 0;
@@ -178,30 +186,14 @@ RunRecords replay_timing(const RunRecords& measured, const std::vector<RecordedI
   out.block_size = measured.block_size;
   out.end_s = 0;
 
-  // Closed loop: which real iteration released each request.
-  std::vector<std::vector<int64_t>> released_after(iterations.size());
-  if (closed_loop) {
-    std::vector<double> starts;
-    starts.reserve(measured.iterations.size());
-    for (const IterationRecord& it : measured.iterations) starts.push_back(it.start_s);
-    for (const RequestRecord& r : measured.requests) {
-      if (!r.submitted()) continue;
-      const auto k = std::lower_bound(starts.begin(), starts.end(), r.arrival_s) - starts.begin() - 1;
-      if (k >= 0) released_after[size_t(k)].push_back(r.id);
-    }
-  }
-
-  double prev_end = 0;
   out.iterations.reserve(iterations.size());
   for (size_t k = 0; k < iterations.size(); ++k) {
     const RecordedIteration& it = iterations[k];
-    double start = prev_end;
-    for (const RecordedSequence& s : it.sequences) start = std::max(start, out.requests[size_t(s.request_id)].arrival_s);
+    const double start = clock.start(k), end = clock.end(k);
     for (const RecordedSequence& s : it.sequences) {
       RequestRecord& r = out.requests[size_t(s.request_id)];
       if (r.first_scheduled_s < 0) r.first_scheduled_s = start;
     }
-    const double end = start + durations_s[k];
     for (const RecordedSequence& s : it.sequences) {
       if (!s.samples) continue;
       RequestRecord& r = out.requests[size_t(s.request_id)];
@@ -220,22 +212,10 @@ RunRecords replay_timing(const RunRecords& measured, const std::vector<RecordedI
         out.end_s = std::max(out.end_s, end);
       }
     }
-    IterationRecord rec;
-    if (have_iteration_records) {
-      rec = measured.iterations[k];
-    } else {
-      rec.index = int64_t(k);
-      rec.prefill_tokens = it.prefill_tokens;
-      rec.decode_tokens = it.decode_tokens;
-      rec.prefill_sequences = it.prefill_sequences;
-      rec.decode_sequences = it.decode_sequences;
-      for (const RecordedSequence& s : it.sequences) rec.sampled_sequences += s.samples ? 1 : 0;
-    }
+    IterationRecord rec = measured.iterations[k];
     rec.start_s = start;
     rec.duration_s = durations_s[k];
     out.iterations.push_back(rec);
-    for (int64_t id : released_after[k]) out.requests[size_t(id)].arrival_s = end;
-    prev_end = end;
   }
   return out;
 }
@@ -550,7 +530,7 @@ ValidationResult run_validation(const EngineSetup& setup, const Workload& worklo
   v.iteration = iteration_errors(measured_s, v.predicted_iteration_s, kinds);
 
   // Replay: the real iterations re-timed with their predicted costs.
-  v.replay = replay_timing(v.measured.records, v.iterations, v.predicted_iteration_s, workload.closed_loop);
+  v.replay = replay_timing(v.measured.records, v.iterations, v.predicted_iteration_s);
   v.replay_summary = summarize_run(v.replay, setup.slo);
 
   // Predict: an independent simulation, same requests and scheduler settings.
@@ -737,7 +717,9 @@ nlohmann::json validation_report_json(const ValidationResult& v, ValidationMode 
        "mean over the real run's iterations of |predicted cost - measured time| / measured time; "
        "decode: no prefill sequence, prefill: no decode sequence, mixed: both; null when a class is empty"},
       {"iteration_mape.bias", "mean over the same iterations of predicted / measured - 1"},
-      {"replay", "the real run's iterations costed by the profile and re-timed on a virtual clock"},
+      {"replay",
+       "the real run's iterations costed by the profile and re-timed on the replay clock; each request "
+       "is timed from its arrival read on that clock"},
       {"predict", "an independent simulation of the same workload and scheduler with the profile"},
       {"tpot_s", "per request with >= 2 output tokens: (last token - first token) / (tokens - 1)"}};
   j["percentiles"] = "linear interpolation between closest ranks (numpy default, Hyndman-Fan type 7)";

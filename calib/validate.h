@@ -3,7 +3,7 @@
 //
 // One real run gives two predictions:
 //   replay  - the real run's own iterations, each costed by the ProfileModel
-//             and re-timed on a virtual clock (replay_timing below). The
+//             and re-timed on the replay clock (replay_timing below). The
 //             batches are the measured ones, so the error is the cost
 //             model's alone.
 //   predict - an independent simulation of the same workload (same requests,
@@ -131,24 +131,25 @@ std::vector<double> cost_iterations(const std::vector<RecordedIteration>& iterat
 
 // ------------------------------------------------------------ replay
 
-// Re-times a real run's iteration sequence with other iteration durations
-// (one per recorded iteration), on a virtual clock starting at 0:
-//   start(k) = max(end(k-1), arrival of every request in plan k),  end(-1) = 0
-//   end(k)   = start(k) + durations_s[k]
-// A request is first scheduled at the start of its first plan; its tokens
-// are emitted at the end of each iteration in which it samples (as many as
-// the executor reported, clamped as Scheduler::complete does), and it
-// finishes at the emission that completes its output (or carried EOS).
-// Arrivals: open loop, the workload's (the measured) arrival times. Closed
-// loop, a request released after real iteration k (its measured arrival lies
-// after iteration k started and no later than iteration k+1 started) arrives
-// at the replayed end(k); requests released before the first iteration keep
-// their measured arrival. Rejections, preemption counts and KV figures are
-// copied from the measured run. The result summarises with summarize_run
-// (same TTFT/TPOT/E2E definitions as any run). With durations equal to the
-// measured ones of a virtual-clock run, it reproduces that run exactly.
+// Re-times a real run with other iteration durations (one per recorded
+// iteration) on the replay clock (calib/replay_clock.h): iteration k starts
+// at the replayed end of k-1 plus the real gap between them, and lasts
+// durations_s[k]. Every request instant is read on that clock: its arrival
+// is the real arrival mapped onto it (so a closed loop's release follows
+// the replayed finish that released it), it is first scheduled at the start
+// of its first plan, its tokens are emitted at the end of each iteration in
+// which it samples (as many as the executor reported, clamped as
+// Scheduler::complete does), and it finishes at the emission that completes
+// its output (or carried EOS). A request's TTFT is thus the replayed time of
+// the iterations it waited through and was prefilled in; the replay's lead
+// or lag from before it arrived does not enter. Rejections, preemption
+// counts and KV figures are copied from the measured run. Needs the measured
+// iteration records (their real starts); throws std::invalid_argument
+// without them or when the durations do not match the iterations. The
+// result summarises with summarize_run (same TTFT/TPOT/E2E definitions as
+// any run). With the measured durations it reproduces the run exactly.
 RunRecords replay_timing(const RunRecords& measured, const std::vector<RecordedIteration>& iterations,
-                         std::span<const double> durations_s, bool closed_loop);
+                         std::span<const double> durations_s);
 
 // ------------------------------------------------------------ errors
 

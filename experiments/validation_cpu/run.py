@@ -68,12 +68,13 @@ def sh(cmd):
 
 
 def placement_share(profile):
-    """Share of the calibration's anchor probes in the placement most of
-    them saw (1 for a profile without placements)."""
+    """Share of the calibration's anchor probes with a known placement that
+    saw the placement most of them saw; None when no probe's placement is
+    known (one thread: nothing to watch, or an older profile)."""
     with open(profile) as f:
-        counts = json.load(f).get("metadata", {}).get("anchor_probes", {}).get("placement_counts")
-    total = sum(counts.values()) if counts else 0
-    return max(counts["near"], counts["far"]) / total if total else 1.0
+        counts = json.load(f).get("metadata", {}).get("anchor_probes", {}).get("placement_counts") or {}
+    known = counts.get("near", 0) + counts.get("far", 0)
+    return max(counts["near"], counts["far"]) / known if known else None
 
 
 def write_summary(out, rows):
@@ -126,10 +127,13 @@ def main():
         for _ in range(max(1, opts.calibration_attempts)):
             sh([opts.servesim, "calibrate", "--device", opts.device, "--model", opts.model, "--out", profile]
                + (["--quick"] if opts.quick else []) + opts.calibrate_args.split())
-            calibration_shares.append(placement_share(profile))
-            print(f"calibration: {calibration_shares[-1]:.0%} of the anchor probes in one placement",
-                  file=sys.stderr)
-            if calibration_shares[-1] >= 0.85:
+            share = placement_share(profile)
+            calibration_shares.append(share)
+            if share is None:
+                print("calibration: the threads' placement was not watched (one thread)", file=sys.stderr)
+                break
+            print(f"calibration: {share:.0%} of the anchor probes in one placement", file=sys.stderr)
+            if share >= 0.85:
                 break
 
     rows, attempts = [], []

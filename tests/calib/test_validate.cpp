@@ -173,7 +173,7 @@ TEST_CASE("validate: replay with the measured durations reproduces a virtual-clo
     REQUIRE(run.iterations.size() == run.records.iterations.size());
     REQUIRE(run.iterations.size() > 10);
     const std::vector<double> durations = measured_durations(run.iterations);
-    RunRecords replay = replay_timing(run.records, run.iterations, durations, s.workload.closed_loop);
+    RunRecords replay = replay_timing(run.records, run.iterations, durations);
     require_same_requests(run.records, replay);
     for (size_t k = 0; k < replay.iterations.size(); ++k) {
       CHECK(replay.iterations[k].start_s == run.records.iterations[k].start_s);
@@ -212,7 +212,22 @@ TEST_CASE("validate: the scenarios exercise preemption, EOS and idle gaps") {
   CHECK(gaps > 0);
 }
 
-TEST_CASE("validate: replay starts an iteration no earlier than its requests arrive") {
+// The real run's iteration records (real starts and durations) for
+// hand-built replays.
+void record_real_iterations(RunRecords& measured, const std::vector<RecordedIteration>& its,
+                            const std::vector<double>& starts) {
+  for (size_t k = 0; k < its.size(); ++k) {
+    IterationRecord rec;
+    rec.index = int64_t(k);
+    rec.start_s = starts[k];
+    rec.duration_s = its[k].measured_s;
+    measured.iterations.push_back(rec);
+  }
+}
+
+TEST_CASE("validate: replay keeps the real gaps and times each request from its arrival on the replay clock") {
+  // Real run: request 0 (arrival 0) prefilled at 0 and decoded at 0.5;
+  // the engine idles until request 1 arrives at 5 and is prefilled.
   RunRecords measured;
   measured.requests = {request(0, 0.0, 4, 2), request(1, 5.0, 4, 1)};
   const std::vector<RecordedIteration> its = {
@@ -220,59 +235,80 @@ TEST_CASE("validate: replay starts an iteration no earlier than its requests arr
       iteration({seq(0, 1, 4, false, true)}, 0.5),
       iteration({seq(1, 4, 0, true, true)}, 0.5),
   };
-  SECTION("fast iterations wait for the arrival") {
+  record_real_iterations(measured, its, {0.0, 0.5, 5.0});
+  SECTION("iterations costed at twice their time") {
     const std::vector<double> d = {1, 1, 1};
-    const RunRecords r = replay_timing(measured, its, d, false);
+    RunRecords r = replay_timing(measured, its, d);
     CHECK(r.requests[0].first_scheduled_s == 0);
     CHECK(r.requests[0].first_token_s == 1);
     CHECK(r.requests[0].finish_s == 2);
     CHECK(request_tpot_s(r.requests[0]) == 1);
-    CHECK(r.requests[1].first_scheduled_s == 5);  // not 2: it arrives at 5
-    CHECK(r.requests[1].first_token_s == 6);
-    CHECK(r.requests[1].finish_s == 6);
+    // The real idle gap (1.0 .. 5.0) keeps its length: iteration 2 starts at 2 + 4.
+    CHECK(r.iterations[2].start_s == 6);
+    CHECK(r.requests[1].arrival_s == 6);  // real 5.0 is 4 s into the gap after the real end 1.0: replayed end 2 + 4
+    CHECK(r.requests[1].first_token_s == 7);
     CHECK(r.requests[1].tokens_emitted == 1);
-    CHECK(r.iterations[2].start_s == 5);
-  }
-  SECTION("slow iterations push the start past the arrival") {
-    const std::vector<double> d = {3, 3, 3};
-    RunRecords r = replay_timing(measured, its, d, false);
-    CHECK(r.requests[0].first_token_s == 3);
-    CHECK(r.requests[0].finish_s == 6);
-    CHECK(r.requests[1].first_scheduled_s == 6);
-    CHECK(r.requests[1].first_token_s - r.requests[1].arrival_s == 4);
     const RunSummary s = summarize_run(r, {});
-    CHECK(s.ttft_s.mean == Approx(3.5));
-    CHECK(s.e2e_s.mean == Approx(5.0));
+    CHECK(s.ttft_s.mean == Approx(1.0));  // each request: its own prefill's replayed cost
+    CHECK(s.e2e_s.mean == Approx(1.5));
     CHECK(s.tpot_s.count == 1);
-    CHECK(s.tpot_s.mean == Approx(3.0));
+    CHECK(s.tpot_s.mean == Approx(1.0));
+  }
+  SECTION("a request's TTFT does not carry the cost of work that ended before it arrived") {
+    const std::vector<double> cheap = {0.5, 0.5, 0.75}, dear = {3.0, 3.0, 0.75};
+    const RunRecords a = replay_timing(measured, its, cheap), b = replay_timing(measured, its, dear);
+    CHECK(a.requests[1].first_token_s - a.requests[1].arrival_s == Approx(0.75));
+    CHECK(b.requests[1].first_token_s - b.requests[1].arrival_s == Approx(0.75));
+    CHECK(b.requests[1].arrival_s - a.requests[1].arrival_s == Approx(5.0));  // the lag is the clock's
   }
   SECTION("the durations vector must match the iterations") {
     const std::vector<double> d = {1, 1};
-    CHECK_THROWS(replay_timing(measured, its, d, false));
+    CHECK_THROWS(replay_timing(measured, its, d));
+  }
+  SECTION("the real iteration records are needed") {
+    RunRecords without = measured;
+    without.iterations.clear();
+    const std::vector<double> d = {1, 1, 1};
+    CHECK_THROWS(replay_timing(without, its, d));
   }
 }
 
-TEST_CASE("validate: closed-loop replay releases a request at its predecessor's replayed finish") {
-  // One client: request 1 was released when request 0 finished after real
-  // iteration 1 (measured arrival 2.1, between the starts 1.0 and 2.5).
+TEST_CASE("validate: replay charges a request that arrives mid-iteration the rest of that iteration, re-costed") {
+  // Request 1 arrives at 0.25, halfway through iteration 0 (0 .. 0.5), waits
+  // for it, and is prefilled in iteration 1 (0.5 .. 1.0): real TTFT 0.75.
   RunRecords measured;
-  measured.requests = {request(0, 0.0, 4, 2), request(1, 2.1, 4, 1)};
-  IterationRecord a, b, c;
-  a.index = 0, a.start_s = 0.0;
-  b.index = 1, b.start_s = 1.0;
-  c.index = 2, c.start_s = 2.5;
-  measured.iterations = {a, b, c};
+  measured.requests = {request(0, 0.0, 4, 1), request(1, 0.25, 4, 1)};
   const std::vector<RecordedIteration> its = {
-      iteration({seq(0, 4, 0, true, true)}, 1.0),
-      iteration({seq(0, 1, 4, false, true)}, 1.0),
+      iteration({seq(0, 4, 0, true, true)}, 0.5),
+      iteration({seq(1, 4, 0, true, true)}, 0.5),
+  };
+  record_real_iterations(measured, its, {0.0, 0.5});
+  const std::vector<double> d = {1.0, 2.0};  // iteration 0 at twice its time, 1 at four times
+  const RunRecords r = replay_timing(measured, its, d);
+  CHECK(r.requests[1].arrival_s == Approx(0.5));  // half of iteration 0, replayed
+  CHECK(r.requests[1].first_token_s == Approx(3.0));
+  // Rest of iteration 0 (0.25 -> 0.5) plus iteration 1 (0.5 -> 2.0).
+  CHECK(r.requests[1].first_token_s - r.requests[1].arrival_s == Approx(0.5 + 2.0));
+}
+
+TEST_CASE("validate: closed-loop replay releases a request at its predecessor's replayed finish") {
+  // One client: request 1 was released when request 0 finished with real
+  // iteration 1 (0.5 .. 1.0), 0.1 s later (host time), and prefilled at 1.5.
+  RunRecords measured;
+  measured.requests = {request(0, 0.0, 4, 2), request(1, 1.1, 4, 1)};
+  const std::vector<RecordedIteration> its = {
+      iteration({seq(0, 4, 0, true, true)}, 0.5),
+      iteration({seq(0, 1, 4, false, true)}, 0.5),
       iteration({seq(1, 4, 0, true, true)}, 1.0),
   };
+  record_real_iterations(measured, its, {0.0, 0.5, 1.5});
   const std::vector<double> d = {0.25, 0.25, 0.5};
-  const RunRecords r = replay_timing(measured, its, d, true);
+  const RunRecords r = replay_timing(measured, its, d);
   CHECK(r.requests[0].arrival_s == 0.0);
-  CHECK(r.requests[1].arrival_s == 0.5);  // replayed end of iteration 1
-  CHECK(r.requests[1].first_token_s == 1.0);
-  CHECK(r.requests[1].first_token_s - r.requests[1].arrival_s == 0.5);
+  CHECK(r.requests[0].finish_s == Approx(0.5));
+  CHECK(r.requests[1].arrival_s == Approx(0.6));  // replayed finish of request 0 + the real 0.1
+  CHECK(r.iterations[2].start_s == Approx(1.0));  // + the real gap of 0.5 after iteration 1
+  CHECK(r.requests[1].first_token_s - r.requests[1].arrival_s == Approx(0.9));
 }
 
 TEST_CASE("validate: rebuilt plans carry the recorded sequences and block tables of the right length") {
