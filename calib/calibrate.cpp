@@ -881,7 +881,7 @@ DeviceProfile calibrate(const CalibrationOptions& options, std::function<void(co
   // steps of 1 .. 32 sequences against the tables with the overhead and
   // gemm_in_situ. On the 2-core VM the tables alone put steps of 2-8
   // sequences 4-9% above what the study's real runs took, 1 sequence and
-  // 16-32 within 2% (experiments/results/cpu, commit 44269b9).
+  // 16-32 within 2% (experiments/results/cpu/reruns/2026-11-29_44269b9_placement).
   if (!step_batches.empty() && quick) {
     calibration::measure_decode_in_situ(p, *whole, step_batches, step_cached, bs, settings.repetitions, say);
   } else if (!step_batches.empty()) {

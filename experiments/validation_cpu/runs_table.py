@@ -5,14 +5,15 @@ Usage: experiments/validation_cpu/runs_table.py STUDY_DIR [STUDY_DIR ...]
 
 Each STUDY_DIR holds a study's summary.csv and metadata.json (run.py's
 output, or a folder of experiments/results/cpu/reruns). Rows: every point
-(scheduler x load) for every run, labelled with the run's commit and
---anchor; then, per run, how many points meet iteration MAPE <= 5%, how
-many TTFT/TPOT P50/P90 errors (replay and predict) are within 10%, and how
-many points meet both (all eight of their errors).
+(scheduler x load) for every run, labelled with the run's commit, --anchor
+and --threads when given; then, per run, how many points meet iteration
+MAPE <= 5%, how many TTFT/TPOT P50/P90 errors (replay and predict) are
+within 10%, and how many points meet both (all eight of their errors).
 """
 import csv
 import json
 import os
+import re
 import sys
 
 ERRORS = ["ttft_p50_rel_error", "ttft_p90_rel_error", "tpot_p50_rel_error", "tpot_p90_rel_error"]
@@ -30,7 +31,9 @@ def load(folder):
     anchor = "rescale" if "--anchor rescale" in meta["command"] else "report"
     placement = ", placement apply" if "--placement apply" in meta["command"] else ""
     reused = ", reused profile" if "--profile" in meta["command"] else ""
-    return f"{meta['commit']}, {anchor}{placement}{reused}", rows
+    threads = re.search(r"--threads[ =](\d+)", meta["command"])
+    threads = f", {threads.group(1)} thread(s)" if threads else ""
+    return f"{meta['commit']}, {anchor}{placement}{reused}{threads}", rows
 
 
 def score(row):
