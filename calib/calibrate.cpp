@@ -492,7 +492,12 @@ DeviceProfile calibrate(const CalibrationOptions& options, std::function<void(co
   std::vector<int64_t> step_batches;
   for (int64_t b : {1, 2, 4, 8, 16, 32})
     if (b <= options.max_num_seqs) step_batches.push_back(b);
-  const int step_warm_up = quick ? calibration::kDecodeStepWarmUp : 1, step_timed = quick ? settings.repetitions : 4;
+  // Full mode times steps 5-8 of each run: they follow the in-situ
+  // prefills, and on the 2-core VM the first three decode steps after a
+  // prefill run 2-7% slower than the steady ones that fill a served
+  // request's output (experiments/validation_cpu/decode_after_prefill.py
+  // on the light points of the 2026-11-30 studies).
+  const int step_warm_up = quick ? calibration::kDecodeStepWarmUp : 4, step_timed = quick ? settings.repetitions : 4;
   const int64_t step_blocks = step_batches.empty() ? 0
       : calibration::DecodeSteps::blocks(step_batches.back(), step_cached, step_warm_up + step_timed, bs);
   const double step_kv_bytes = double(step_blocks) * bs * per_token_kv * double(L);
@@ -893,13 +898,16 @@ DeviceProfile calibrate(const CalibrationOptions& options, std::function<void(co
       for (size_t i = 0; i < step_batches.size(); ++i)
         kept[i].insert(kept[i].end(), step_times[m][i].begin(), step_times[m][i].end());
     }
-    say(fmt::format("in situ: decode steps of {} sequences around context {}, {} steps at each of {} moments",
-                    axis_text(step_batches), step_cached + 1, step_timed, step_times.size()));
+    say(fmt::format("in situ: decode steps of {} sequences around context {}, {} steps after {} untimed at each "
+                    "of {} moments",
+                    axis_text(step_batches), step_cached + 1, step_timed, step_warm_up, step_times.size()));
     calibration::set_decode_in_situ(p, step_batches, step_cached, bs, step_warm_up, step_timed, kept, say);
     p.metadata["decode_in_situ"] = {
         {"sequences", step_batches},
         {"cached", {step_cached / 2, step_cached / 2 + step_cached}},
         {"seconds_median", medians},
+        {"warm_up_steps", step_warm_up},
+        {"timed_steps", step_timed},
         {"meaning", "successive decode steps (contexts spread over 'cached', one token further each step; "
                     "median per moment and batch size here) with every anchor probe; the factor is the median "
                     "over the anchor placement's moments of measured / predicted"}};

@@ -429,6 +429,9 @@ TEST_CASE("A full calibration takes the in-situ prefills with every anchor probe
   // predicted, each finite and positive.
   const nlohmann::json& steps = p.metadata.at("decode_in_situ");
   CHECK(steps.at("sequences") == nlohmann::json({1, 2, 4}));
+  // Steps 5-8 after the in-situ prefills: the steady ones, not the first.
+  CHECK(steps.at("warm_up_steps") == 4);
+  CHECK(steps.at("timed_steps") == 4);
   REQUIRE(steps.at("seconds_median").size() == 13);
   for (const auto& moment : steps.at("seconds_median")) {
     REQUIRE(moment.size() == 3);
