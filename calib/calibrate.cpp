@@ -497,7 +497,9 @@ DeviceProfile calibrate(const CalibrationOptions& options, std::function<void(co
   // prefill run 2-7% slower than the steady ones that fill a served
   // request's output (experiments/validation_cpu/decode_after_prefill.py
   // on the light points of the 2026-11-30 studies).
-  const int step_warm_up = quick ? calibration::kDecodeStepWarmUp : 4, step_timed = quick ? settings.repetitions : 4;
+  constexpr int kFullDecodeStepWarmUp = 4;
+  const int step_warm_up = quick ? calibration::kDecodeStepWarmUp : kFullDecodeStepWarmUp;
+  const int step_timed = quick ? settings.repetitions : 4;
   const int64_t step_blocks = step_batches.empty() ? 0
       : calibration::DecodeSteps::blocks(step_batches.back(), step_cached, step_warm_up + step_timed, bs);
   const double step_kv_bytes = double(step_blocks) * bs * per_token_kv * double(L);

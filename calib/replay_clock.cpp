@@ -3,15 +3,16 @@
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <utility>
 
 #include <fmt/format.h>
 
 namespace servesim {
 
-ReplayClock::ReplayClock(std::span<const double> real_starts_s, std::span<const double> real_durations_s,
+ReplayClock::ReplayClock(std::vector<double> real_starts_s, std::vector<double> real_durations_s,
                          std::span<const double> replayed_durations_s)
-    : real_starts_(real_starts_s.begin(), real_starts_s.end()),
-      real_durations_(real_durations_s.begin(), real_durations_s.end()),
+    : real_starts_(std::move(real_starts_s)),
+      real_durations_(std::move(real_durations_s)),
       replayed_(replayed_durations_s.begin(), replayed_durations_s.end()) {
   const size_t n = real_starts_.size();
   if (real_durations_.size() != n || replayed_.size() != n)

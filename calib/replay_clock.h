@@ -33,7 +33,7 @@ class ReplayClock {
   // and the replayed duration of each. Throws std::invalid_argument when the
   // three differ in length, a duration is negative or not finite, or the
   // starts go backwards.
-  ReplayClock(std::span<const double> real_starts_s, std::span<const double> real_durations_s,
+  ReplayClock(std::vector<double> real_starts_s, std::vector<double> real_durations_s,
               std::span<const double> replayed_durations_s);
 
   double start(size_t k) const { return starts_[k]; }

@@ -168,7 +168,7 @@ RunRecords replay_timing(const RunRecords& measured, const std::vector<RecordedI
     real_starts.push_back(it.start_s);
     real_durations.push_back(it.duration_s);
   }
-  const ReplayClock clock(real_starts, real_durations, durations_s);
+  const ReplayClock clock(std::move(real_starts), std::move(real_durations), durations_s);
 
   RunRecords out;
   out.requests = measured.requests;

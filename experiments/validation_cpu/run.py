@@ -74,7 +74,7 @@ def placement_share(profile):
     with open(profile) as f:
         counts = json.load(f).get("metadata", {}).get("anchor_probes", {}).get("placement_counts") or {}
     known = counts.get("near", 0) + counts.get("far", 0)
-    return max(counts["near"], counts["far"]) / known if known else None
+    return max(counts.get("near", 0), counts.get("far", 0)) / known if known else None
 
 
 def write_summary(out, rows):
