@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "calib/in_situ_refresh.h"
 #include "calib/placement.h"
 #include "calib/profile_model.h"
 #include "calib/replay_clock.h"
@@ -436,6 +437,9 @@ ValidationResult run_validation(const EngineSetup& setup, const Workload& worklo
                                 const ValidationCallbacks& callbacks, const ValidationOptions& options) {
   // Refuse a profile of another model shape before serving anything.
   ProfileModel cost_model(profile, setup.model, profile_source);
+  if (options.in_situ == ValidationOptions::InSitu::Refresh && options.anchor == ValidationOptions::Anchor::Apply)
+    throw InputError("--in-situ refresh and --anchor apply both correct the predictions for the device's drift: "
+                     "use one of them");
   const SchedulerConfig config = engine_scheduler_config(setup);
   std::optional<ProfileModel> draft_model = draft_cost_model(setup, profile, profile_source, options.draft_profile);
   const int32_t k = config.num_speculative_tokens;
@@ -468,9 +472,46 @@ ValidationResult run_validation(const EngineSetup& setup, const Workload& worklo
   ExecutorWrapper wrap = [&v, placement_threads](Executor& decoder) -> std::unique_ptr<Executor> {
     return std::make_unique<RecordingExecutor>(decoder, v.iterations, placement_threads);
   };
+  // The in-situ refresh (ValidationOptions::in_situ): its decoder built
+  // before the anchor probes, its iterations timed closest to the run.
+  std::unique_ptr<Executor> refresh_decoder;
+  std::optional<InSituRefresher> refresher;
+  if (options.in_situ == ValidationOptions::InSitu::Refresh) {
+    if (device.cuda) {
+      v.in_situ = {{"refreshed", false}, {"reason", "cuda (a GPU keeps its speed from one run to the next)"}};
+    } else if (k > 0) {
+      v.in_situ = {{"refreshed", false}, {"reason", "speculative runs are costed with the calibrated factors"}};
+    } else {
+      const InSituRefreshSettings settings = in_situ_refresh_settings(
+          profile, config.max_num_seqs, config.max_num_batched_tokens, config.max_model_len);
+      refresh_decoder = make_in_situ_refresh_decoder(profile.model, settings, setup.threads, setup.weights_seed,
+                                                     setup.decoding.sampling);
+      const int threads = setup.threads;
+      refresher.emplace(settings, *refresh_decoder, [threads] { return core_to_core_latency_ns(threads); });
+    }
+    if (!refresher) v.warnings.push_back("--in-situ refresh: not applied (" + v.in_situ["reason"].get<std::string>() + ")");
+  } else {
+    v.in_situ = {{"refreshed", false}, {"reason", "--in-situ profile"}};
+  }
+  auto refresh = [&](bool before) {
+    if (!refresher) return;
+    if (callbacks.note)
+      callbacks.note(fmt::format("in situ: timing whole-model prefills and decode steps {} the real run",
+                                 before ? "before" : "after"));
+    refresher->measure(before);
+  };
   anchoring.before_run();
+  refresh(true);
   v.measured = serve(setup, workload, callbacks.run_progress, callbacks.on_ready, wrap);
+  refresh(false);
   anchoring.after_run();
+  if (refresher) {
+    InSituRefreshResult refreshed = refresh_in_situ(profile, refresher->settings(), refresher->samples(), callbacks.note);
+    cost_model = ProfileModel(std::move(refreshed.profile), setup.model, profile_source);
+    v.in_situ = std::move(refreshed.report);
+    refresher.reset();
+    refresh_decoder.reset();
+  }
   v.anchor = anchoring.apply();
   v.cost_model = cost_model.describe();
   v.config = engine_setup_to_json(setup, v.measured);
@@ -698,6 +739,7 @@ nlohmann::json validation_report_json(const ValidationResult& v, ValidationMode 
   j["cost_model"] = v.cost_model;
   j["anchor"] = v.anchor;
   j["placement"] = v.placement;
+  j["in_situ"] = v.in_situ;
   if (v.measured.speculative) {
     // Replay re-costs the measured acceptance; predict draws its own.
     const SpeculativeStats& ms = *v.measured.speculative;
@@ -847,6 +889,12 @@ std::string format_validation_table(const ValidationResult& v, ValidationMode mo
     }
     if (v.placement.value("applied", false)) t += "; each iteration costed in its placement";
     t += "\n";
+  }
+  if (v.in_situ.value("refreshed", false)) {
+    const nlohmann::json& d = v.in_situ["drift"];
+    auto ratio = [](const nlohmann::json& x) { return x.is_number() ? fmt::format("x{:.3f}", x.get<double>()) : "-"; };
+    t += fmt::format("  in-situ factors refreshed around the run (decode steps after / before it {}, prefills {})\n",
+                     ratio(d["decode"]), ratio(d["prefill"]));
   }
   for (const std::string& w : v.warnings) t += "  note: " + w + "\n";
   return t;

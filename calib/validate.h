@@ -201,6 +201,11 @@ struct ValidationResult {
   // calibration {near, far, unknown} | null, calibration_placement,
   // run_share_in_calibration_placement)}.
   nlohmann::json placement;
+  // The in-situ refresh (ValidationOptions::in_situ, calib/in_situ_refresh.h):
+  // {refreshed: false, reason} or {refreshed: true, rule, settings, samples
+  // {before, after} per placement, calibration and run {gemm_in_situ,
+  // decode_in_situ}, drift {decode, prefill, largest}}.
+  nlohmann::json in_situ;
 };
 
 struct ValidationCallbacks {
@@ -227,6 +232,13 @@ struct ValidationOptions {
   // run had then. Needs a profile with placement ratios and a run without
   // speculation; otherwise the report says why it was not applied.
   enum class PlacementCosting { Report, Apply } placement = PlacementCosting::Report;
+  // The profile's in-situ factors (f and g, calib/profile_model.h): Profile
+  // uses them as calibrated; Refresh measures them again just before and
+  // just after the real run (calib/in_situ_refresh.h) and predicts with
+  // those. Refresh and Anchor::Apply both correct for the device's drift:
+  // run_validation refuses the two together. Not applied on cuda or to a
+  // speculative run (the report says why).
+  enum class InSitu { Profile, Refresh } in_situ = InSitu::Profile;
   // The separate draft's profile of a speculative run (see run_validation).
   const DeviceProfile* draft_profile = nullptr;
 };

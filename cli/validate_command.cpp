@@ -44,6 +44,12 @@ int validate_command(int argc, const char* const* argv) {
        "report | apply: the threads' placement (cores sharing an L3, or two CCDs) is recorded before every "
        "iteration of the real run (cpu); apply also costs each iteration in its placement, by the profile's "
        "placement ratios (from a full calibration that saw both placements)")
+      ("in-situ", po::value<std::string>()->default_value("profile"),
+       "profile | refresh: the whole-model factors that tie the profile's kernel tables to real prefills "
+       "and decode steps; profile uses them as calibrated, refresh times the same prefills and decode "
+       "steps again just before and just after the real run (a few seconds) and predicts with those: the "
+       "tables at the device's speed of the run's minutes (for a machine that drifts; cpu only, not with "
+       "--anchor apply or speculation)")
       ("mode", po::value<std::string>()->default_value("predict"),
        "which prediction report.json describes: replay (the real run's iterations costed by the "
        "profile: the cost model's error alone) | predict (an independent simulation of the "
@@ -74,6 +80,12 @@ int validate_command(int argc, const char* const* argv) {
   const std::string placement = vm["placement"].as<std::string>();
   if (placement != "report" && placement != "apply")
     throw InputError(fmt::format("--placement: '{}' is not one of report, apply", placement));
+  const std::string in_situ = vm["in-situ"].as<std::string>();
+  if (in_situ != "profile" && in_situ != "refresh")
+    throw InputError(fmt::format("--in-situ: '{}' is not one of profile, refresh", in_situ));
+  if (in_situ == "refresh" && anchor == "apply")
+    throw InputError("--in-situ refresh and --anchor apply both correct the predictions for the device's drift: "
+                     "use one of them");
   if (!vm.count("out")) throw InputError("--out is required: the folder for report.json and the CSVs");
   // A GPU that is not there: exit 2, saying why, before any calibration or folder.
   require_device(parse_device(setup.device));
@@ -143,6 +155,7 @@ int validate_command(int argc, const char* const* argv) {
                                        : ValidationOptions::Anchor::Report;
   options.placement = placement == "apply" ? ValidationOptions::PlacementCosting::Apply
                                            : ValidationOptions::PlacementCosting::Report;
+  options.in_situ = in_situ == "refresh" ? ValidationOptions::InSitu::Refresh : ValidationOptions::InSitu::Profile;
   ValidationResult result = run_validation(setup, workload, profile, profile_source, callbacks, options);
   if (!quiet && stderr_is_terminal()) std::fprintf(stderr, "\n");
   result.profile_saved_as = saved_as;

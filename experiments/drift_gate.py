@@ -11,7 +11,11 @@ reference, and the drift is the larger |r - 1| over both probes:
 
 - drift from the calibration: r = before / calibration and after / calibration;
 - with `--anchor apply` (the predictions re-anchored on the probes), drift
-  during the run: r = after / before.
+  during the run: r = after / before;
+- with `--in-situ refresh` (the profile's whole-model factors timed again
+  just before and just after the real run, calib/in_situ_refresh.h), drift
+  during the run as those timings saw it: report.json's in_situ.drift.largest,
+  the larger |after / before - 1| of its decode steps and of its prefills.
 
 The decode probe covers decode steps; prefills and mixed steps are mostly
 GEMM time, which moves with compute speed, and that can drift while memory
@@ -69,6 +73,9 @@ def drift_of(point, anchor):
     placement is compared with the calibration's expected probe there."""
     with open(os.path.join(point, "report_replay.json")) as f:
         report = json.load(f)
+    in_situ = report.get("in_situ") or {}
+    if in_situ.get("refreshed") and isinstance(in_situ.get("drift", {}).get("largest"), (int, float)):
+        return in_situ["drift"]["largest"]
     if not report.get("anchor", {}).get("measured"):
         return 0.0
     probes = report["anchor"]["profiles"]["profile"]

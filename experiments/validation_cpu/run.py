@@ -30,6 +30,12 @@ is costed in the placement it ran in (validate --placement apply, by the
 full calibration's placement ratios), so only iterations in a placement
 the profile has no ratios for count.
 
+Within one placement the VM still drifts by 5-10% over minutes. With
+--in-situ refresh every validate times the profile's whole-model prefills
+and decode steps again just before and just after its real run and
+predicts with them (calib/in_situ_refresh.h); the gate's drift is then how
+much those timings moved over the run.
+
 Usage: experiments/validation_cpu/run.py [--servesim PATH] [--out DIR] [--quick] [--max-drift F]
 
 The same study runs on a GPU (experiments/gpu/run.sh calls it): --device
@@ -95,6 +101,11 @@ def main():
     ap.add_argument("--placement", choices=["report", "apply"], default="report",
                     help="validate's --placement: apply costs each iteration in the threads' placement it ran in, "
                          "by the profile's placement ratios (calib/placement_ratios.h)")
+    ap.add_argument("--in-situ", choices=["profile", "refresh"], default="profile",
+                    help="validate's --in-situ: refresh times the profile's whole-model prefills and decode steps "
+                         "again just before and just after each real run and predicts with them "
+                         "(calib/in_situ_refresh.h); the gate then reruns a point whose timings after its run "
+                         "differ from those before it by more than --max-drift")
     ap.add_argument("--profile", help="use this profile instead of calibrating one")
     ap.add_argument("--max-drift", type=float, default=0.0,
                     help="rerun a point whose anchor probes (a whole-model decode step and an n^3 GEMM, just "
@@ -146,7 +157,8 @@ def main():
                 lambda out: sh([opts.servesim, "validate", "--device", opts.device, "--model", opts.model,
                                 "--profile", profile, "--scheduler", scheduler, "--arrival", "poisson",
                                 "--rate", str(rate), "--num-requests", str(n), "--seed", "1", "--quiet",
-                                "--anchor", opts.anchor, "--placement", opts.placement, "--out", out]
+                                "--anchor", opts.anchor, "--placement", opts.placement, "--in-situ", opts.in_situ,
+                                "--out", out]
                                + opts.validate_args.split()),
                 point, opts.anchor, opts.max_drift, opts.attempts, attempts)
             for mode in ["replay", "predict"]:
@@ -193,7 +205,7 @@ def main():
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "commit": commit, "machine": f"{cpu} ({os.cpu_count()} cores), {platform.node()}",
             "model": opts.model, "device": opts.device, "loads": loads, "schedulers": SCHEDULERS, "seed": 1,
-            "max_drift": opts.max_drift, "attempts": opts.attempts,
+            "max_drift": opts.max_drift, "attempts": opts.attempts, "in_situ": opts.in_situ,
             "calibration_placement_shares": calibration_shares}
     with open(os.path.join(opts.out, "metadata.json"), "w") as f:
         json.dump(meta, f, indent=2)

@@ -1,0 +1,110 @@
+// Re-measuring a profile's in-situ factors at the moment of a run.
+//
+// A profile ties its kernel tables to whole-model iterations by two
+// measured curves (calib/profile_model.h): f(T), whole-model prefills of T
+// tokens against the tables, and g(B), served-like decode steps of B
+// sequences against them. A machine that drifts (the 2-core VM: 5-10%
+// over minutes within one placement of its threads, calib/placement.h)
+// moves these whole-model costs between the calibration and a run made
+// minutes later, by an amount that differs between shapes -- so one
+// re-anchoring scale per resource (calib/anchor.h, --anchor apply)
+// over-corrects some shapes and under-corrects others.
+//
+// validate --in-situ refresh measures the same whole-model iterations the
+// calibration measured for f and g -- prefills of the profile's in-situ
+// lengths, and decode steps of its in-situ batch sizes (DecodeSteps, the
+// same warm-up and timed steps as a full calibration) -- just before and
+// just after the real run, on a decoder of its own with the run's threads,
+// the threads' placement taken before and after every shape. Each sample
+// taken in the profile's other placement is divided by the profile's
+// placement ratio for its shape (calib/placement_ratios.h), so the pooled
+// samples describe the tables' placement; f and g are then set from them by
+// the calibration's own rules (calibration::set_in_situ, then
+// set_decode_in_situ). The kernel tables, the attention fits, the iteration
+// overhead and the placement ratios stay as calibrated: the prediction
+// still composes every iteration from the tables, at the machine's speed of
+// the run's minutes instead of the calibration's.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "calib/placement.h"
+#include "calib/profile.h"
+#include "kernels/decoder/sampler.h"
+#include "sim/executor.h"
+
+namespace servesim {
+
+struct InSituRefreshSettings {
+  std::vector<int64_t> prefill_tokens;  // T of f(T); empty: none re-measured
+  std::vector<int64_t> decode_batches;  // B of g(B); empty: none re-measured
+  int64_t cached = 127;                 // decode steps' contexts spread over cached/2 .. 3 cached/2
+  int warm_up = 4;                      // untimed decode steps before the timed ones
+  int timed = 4;                        // timed decode steps per batch size and round
+  int rounds = 2;                       // rounds of every shape before, and again after, the run
+  int32_t block_size = 16;
+};
+
+// The settings for `profile` and a run of at most `max_num_seqs` sequences,
+// `max_batched_tokens` tokens per iteration and `max_model_len` tokens of
+// context: the profile's own in-situ lengths and batch sizes (the full
+// calibration's 32, 128, 512 and 1 .. 32 for a profile without them)
+// within those limits.
+InSituRefreshSettings in_situ_refresh_settings(const DeviceProfile& profile, int64_t max_num_seqs,
+                                               int64_t max_batched_tokens, int64_t max_model_len);
+
+// KV blocks a decoder needs for the settings' plans.
+int64_t in_situ_refresh_blocks(const InSituRefreshSettings& settings);
+
+// One timed whole-model iteration of the refresh.
+struct InSituSample {
+  bool before = true;          // before the real run (else after)
+  int64_t prefill_tokens = 0;  // a prefill of this many tokens, or 0 for a decode step
+  int64_t sequences = 1;       // a decode step's sequences
+  int step = 0;                // a decode step's index among its round's timed steps
+  double seconds = 0;
+  Placement placement = Placement::Unknown;  // the same before and after its shape, else Unknown
+};
+
+// Times the refresh's iterations on `executor` (a whole-model decoder with
+// at least in_situ_refresh_blocks(settings) KV blocks); `core_latency_ns`
+// reads the threads' placement (calib/placement.h; NaN: not measured).
+class InSituRefresher {
+ public:
+  InSituRefresher(InSituRefreshSettings settings, Executor& executor, std::function<double()> core_latency_ns);
+  // settings.rounds rounds of every shape, recorded as before or after the run.
+  void measure(bool before);
+  const std::vector<InSituSample>& samples() const { return samples_; }
+  const InSituRefreshSettings& settings() const { return settings_; }
+
+ private:
+  InSituRefreshSettings settings_;
+  Executor& executor_;
+  std::function<double()> core_latency_ns_;
+  std::vector<InSituSample> samples_;
+};
+
+struct InSituRefreshResult {
+  DeviceProfile profile;  // the input with gemm_in_situ and decode_in_situ re-measured
+  nlohmann::json report;  // report.json's in_situ (see validate.h)
+};
+
+// `profile` with f and g set from `samples` (above). Throws InputError
+// when no sample of a shape the settings name was taken.
+InSituRefreshResult refresh_in_situ(const DeviceProfile& profile, const InSituRefreshSettings& settings,
+                                    const std::vector<InSituSample>& samples,
+                                    const std::function<void(const std::string&)>& say = {});
+
+// A whole-model CPU decoder for the refresh of `model` (random weights of
+// `weights_seed`, `threads` threads, 0: every core).
+std::unique_ptr<Executor> make_in_situ_refresh_decoder(const ModelSpec& model, const InSituRefreshSettings& settings,
+                                                       int threads, uint64_t weights_seed,
+                                                       const SamplingParams& sampling);
+
+}  // namespace servesim
