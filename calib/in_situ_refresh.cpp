@@ -87,69 +87,186 @@ void InSituRefresher::measure(bool before) {
 
 namespace {
 
-// A sample's seconds in the tables' placement (the file's header).
-double in_reference_placement(const InSituSample& x, const DeviceProfile& p) {
-  if (!p.placement_ratios) return x.seconds;
-  const int64_t tokens = x.prefill_tokens > 0 ? x.prefill_tokens : x.sequences;
-  return x.seconds / p.placement_ratios->ratio(x.prefill_tokens, x.prefill_tokens > 0 ? 1 : x.sequences, tokens,
-                                               x.placement);
-}
-
 bool same_shape(const InSituSample& x, int64_t prefill_tokens, int64_t sequences) {
   return prefill_tokens > 0 ? x.prefill_tokens == prefill_tokens : (x.prefill_tokens == 0 && x.sequences == sequences);
 }
 
+std::string shape_name(int64_t prefill_tokens, int64_t sequences) {
+  return prefill_tokens > 0 ? fmt::format("{}-token prefill", prefill_tokens)
+                            : fmt::format("decode step of {} sequence{}", sequences, sequences == 1 ? "" : "s");
+}
+
+// The seconds of every shape's samples that `keep` accepts, in sample
+// order (so step k of a round of decode steps is sample k mod timed),
+// each divided by `divisor` (the placement correction).
+struct Pool {
+  std::vector<std::vector<double>> prefill;  // per settings.prefill_tokens
+  std::vector<std::vector<double>> decode;   // per settings.decode_batches
+  bool complete() const {
+    for (const auto* v : {&prefill, &decode})
+      for (const std::vector<double>& x : *v)
+        if (x.empty()) return false;
+    return true;
+  }
+};
+
+Pool pool(const InSituRefreshSettings& s, const std::vector<InSituSample>& samples,
+          const std::function<bool(const InSituSample&)>& keep,
+          const std::function<double(const InSituSample&)>& divisor) {
+  Pool out;
+  for (int64_t t : s.prefill_tokens) {
+    std::vector<double>& v = out.prefill.emplace_back();
+    for (const InSituSample& x : samples)
+      if (same_shape(x, t, 1) && keep(x)) v.push_back(x.seconds / divisor(x));
+  }
+  for (int64_t b : s.decode_batches) {
+    std::vector<double>& v = out.decode.emplace_back();
+    for (const InSituSample& x : samples)
+      if (same_shape(x, 0, b) && keep(x)) v.push_back(x.seconds / divisor(x));
+  }
+  return out;
+}
+
+// The placement most of the calibration's anchor probes saw (Unknown when
+// it did not record one).
+Placement calibration_placement(const DeviceProfile& p) {
+  if (!p.metadata.is_object() || !p.metadata.contains("anchor_probes")) return Placement::Unknown;
+  const nlohmann::json& probes = p.metadata["anchor_probes"];
+  if (!probes.is_object() || !probes.contains("placement_counts")) return Placement::Unknown;
+  const nlohmann::json& c = probes["placement_counts"];
+  PlacementCounts counts;
+  counts.near = c.value("near", int64_t(0));
+  counts.far = c.value("far", int64_t(0));
+  counts.unknown = c.value("unknown", int64_t(0));
+  return counts.dominant();
+}
+
+// The profile's ratios, seen from `reference` (inverted when the profile's
+// reference is the other placement).
+std::optional<PlacementRatios> ratios_from(const DeviceProfile& p, Placement reference) {
+  if (!p.placement_ratios) return std::nullopt;
+  return p.placement_ratios->reference == reference ? *p.placement_ratios : p.placement_ratios->inverted();
+}
+
+// Ratios other / reference measured by the refresh: the median of each
+// shape's samples in each placement.
+PlacementRatios fresh_ratios(const InSituRefreshSettings& s, const Pool& reference, const Pool& other,
+                             Placement reference_placement, Placement other_placement) {
+  PlacementRatios r;
+  r.reference = reference_placement;
+  r.other = other_placement;
+  r.context = s.cached;
+  for (size_t i = 0; i < s.decode_batches.size(); ++i) {
+    r.decode_batch.push_back(double(s.decode_batches[i]));
+    r.decode_ratio.push_back(calibration::median(other.decode[i]) / calibration::median(reference.decode[i]));
+    r.samples_reference.push_back(int64_t(reference.decode[i].size()));
+    r.samples_other.push_back(int64_t(other.decode[i].size()));
+  }
+  for (size_t i = 0; i < s.prefill_tokens.size(); ++i) {
+    r.prefill_tokens.push_back(double(s.prefill_tokens[i]));
+    r.prefill_ratio.push_back(calibration::median(other.prefill[i]) / calibration::median(reference.prefill[i]));
+    r.samples_reference.push_back(int64_t(reference.prefill[i].size()));
+    r.samples_other.push_back(int64_t(other.prefill[i].size()));
+  }
+  return r;
+}
+
 nlohmann::json in_situ_json(const DeviceProfile::InSitu& c) { return {{"x", c.x}, {"factor", c.factor}}; }
+
+nlohmann::json geometric_mean(const std::vector<double>& v) {
+  if (v.empty()) return nullptr;
+  double log_sum = 0;
+  for (double x : v) log_sum += std::log(x);
+  return std::exp(log_sum / double(v.size()));
+}
 
 }  // namespace
 
 InSituRefreshResult refresh_in_situ(const DeviceProfile& profile, const InSituRefreshSettings& s,
                                     const std::vector<InSituSample>& samples,
                                     const std::function<void(const std::string&)>& say) {
-  InSituRefreshResult out{profile, {}};
+  for (int64_t t : s.prefill_tokens)
+    if (std::none_of(samples.begin(), samples.end(), [&](const InSituSample& x) { return same_shape(x, t, 1); }))
+      throw InputError(fmt::format("in-situ refresh: no sample of a {} was measured", shape_name(t, 1)));
+  for (int64_t b : s.decode_batches)
+    if (std::none_of(samples.begin(), samples.end(), [&](const InSituSample& x) { return same_shape(x, 0, b); }))
+      throw InputError(fmt::format("in-situ refresh: no sample of a {} was measured", shape_name(0, b)));
+
+  InSituRefreshResult out{profile, Placement::Unknown, {}};
   DeviceProfile& p = out.profile;
 
-  // Per shape: every sample in the tables' placement, and the medians
-  // before and after the run (the drift over the run).
-  std::vector<double> decode_drift, prefill_drift;
-  auto pooled = [&](int64_t prefill_tokens, int64_t sequences, std::vector<double>* drift) {
-    std::vector<double> all, before, after;
-    for (const InSituSample& x : samples) {
-      if (!same_shape(x, prefill_tokens, sequences)) continue;
-      const double sec = in_reference_placement(x, profile);
-      all.push_back(sec);
-      (x.before ? before : after).push_back(sec);
-    }
-    if (all.empty())
-      throw InputError(fmt::format("in-situ refresh: no sample of a {} was measured",
-                                   prefill_tokens > 0 ? fmt::format("{}-token prefill", prefill_tokens)
-                                                      : fmt::format("decode step of {} sequences", sequences)));
-    if (!before.empty() && !after.empty())
-      drift->push_back(calibration::median(after) / calibration::median(before));
-    return all;
-  };
+  // Which placement the refreshed factors describe, and the ratios to the
+  // other (the file's header).
+  const Placement reference = profile.placement_ratios ? profile.placement_ratios->reference
+                              : calibration_placement(profile) != Placement::Unknown ? calibration_placement(profile)
+                                                                                      : Placement::Near;
+  const Placement other = reference == Placement::Near ? Placement::Far : Placement::Near;
+  auto in = [](Placement where) { return [where](const InSituSample& x) { return x.placement == where; }; };
+  auto as_measured = [](const InSituSample&) { return 1.0; };
+  const Pool in_reference = pool(s, samples, in(reference), as_measured);
+  const Pool in_other = pool(s, samples, in(other), as_measured);
+  Pool used;
+  std::string basis;
+  if (in_reference.complete() && in_other.complete()) {
+    used = in_reference;
+    out.tables_placement = reference;
+    p.placement_ratios = fresh_ratios(s, in_reference, in_other, reference, other);
+    basis = fmt::format("every shape timed in both placements: the factors from the {} samples, placement ratios "
+                        "from the two (measured around the run)", to_string(reference));
+  } else if (in_reference.complete() || in_other.complete()) {
+    out.tables_placement = in_reference.complete() ? reference : other;
+    used = in_reference.complete() ? in_reference : in_other;
+    p.placement_ratios = ratios_from(profile, out.tables_placement);
+    basis = fmt::format("every shape timed {}: the factors from those samples, {}", to_string(out.tables_placement),
+                        p.placement_ratios ? "the profile's placement ratios for the other placement"
+                                           : "no placement ratios (the profile has none)");
+  } else {
+    // Timed in no placement throughout (one thread, or the host moving the
+    // threads between shapes): every sample, in the profile's reference
+    // placement by its ratios where it has them.
+    out.tables_placement = profile.placement_ratios ? reference : Placement::Unknown;
+    used = pool(s, samples, [](const InSituSample&) { return true; }, [&](const InSituSample& x) {
+      if (!profile.placement_ratios) return 1.0;
+      const int64_t tokens = x.prefill_tokens > 0 ? x.prefill_tokens : x.sequences;
+      return profile.placement_ratios->ratio(x.prefill_tokens, x.prefill_tokens > 0 ? 1 : x.sequences, tokens,
+                                             x.placement);
+    });
+    basis = profile.placement_ratios ? "no placement held for every shape: every sample, divided by the profile's "
+                                       "placement ratio for the placement it ran in"
+                                     : "every sample as measured (no placement held for every shape, no ratios)";
+  }
+  if (say) say("in situ: " + basis);
 
   std::vector<double> prefill_s;
-  for (int64_t t : s.prefill_tokens) prefill_s.push_back(calibration::median(pooled(t, 1, &prefill_drift)));
+  for (const std::vector<double>& v : used.prefill) prefill_s.push_back(calibration::median(v));
   if (!s.prefill_tokens.empty()) calibration::set_in_situ(p, s.prefill_tokens, prefill_s, s.block_size, say);
-  // In sample order, so step k of a round is sample k mod timed, as
-  // set_decode_in_situ reads them.
-  std::vector<std::vector<double>> decode_s;
-  for (int64_t b : s.decode_batches) decode_s.push_back(pooled(0, b, &decode_drift));
   if (!s.decode_batches.empty())
-    calibration::set_decode_in_situ(p, s.decode_batches, s.cached, s.block_size, s.warm_up, s.timed, decode_s, say);
+    calibration::set_decode_in_situ(p, s.decode_batches, s.cached, s.block_size, s.warm_up, s.timed, used.decode,
+                                    say);
 
-  auto geometric_mean = [](const std::vector<double>& v) -> nlohmann::json {
-    if (v.empty()) return nullptr;
-    double log_sum = 0;
-    for (double x : v) log_sum += std::log(x);
-    return std::exp(log_sum / double(v.size()));
-  };
+  // The drift over the run: per shape and placement with samples before
+  // and after the run, after / before; the geometric mean over them.
+  std::vector<double> decode_drift, prefill_drift;
+  for (Placement where : {Placement::Near, Placement::Far, Placement::Unknown}) {
+    auto at = [&](bool before) {
+      return pool(s, samples, [&](const InSituSample& x) { return x.placement == where && x.before == before; },
+                  as_measured);
+    };
+    const Pool before = at(true), after = at(false);
+    for (size_t i = 0; i < s.prefill_tokens.size(); ++i)
+      if (!before.prefill[i].empty() && !after.prefill[i].empty())
+        prefill_drift.push_back(calibration::median(after.prefill[i]) / calibration::median(before.prefill[i]));
+    for (size_t i = 0; i < s.decode_batches.size(); ++i)
+      if (!before.decode[i].empty() && !after.decode[i].empty())
+        decode_drift.push_back(calibration::median(after.decode[i]) / calibration::median(before.decode[i]));
+  }
   const nlohmann::json decode = geometric_mean(decode_drift), prefill = geometric_mean(prefill_drift);
   nlohmann::json largest = nullptr;
-  for (const nlohmann::json& d : {decode, prefill})
-    if (d.is_number())
-      largest = std::max(largest.is_number() ? largest.get<double>() : 0.0, std::fabs(d.get<double>() - 1.0));
+  for (const nlohmann::json& d : {decode, prefill}) {
+    if (!d.is_number()) continue;
+    const double off = std::fabs(d.get<double>() - 1.0);
+    if (!largest.is_number() || off > largest.get<double>()) largest = off;
+  }
 
   nlohmann::json counts;
   for (bool before : {true, false}) {
@@ -160,9 +277,12 @@ InSituRefreshResult refresh_in_situ(const DeviceProfile& profile, const InSituRe
   }
   out.report = {
       {"refreshed", true},
-      {"rule", "whole-model prefills and served-like decode steps timed just before and just after the real run, "
-               "each divided by the profile's placement ratio of the placement it ran in; f (gemm_in_situ) and g "
-               "(decode_in_situ) set from them by the calibration's rules (calib/in_situ_refresh.h)"},
+      {"rule", "whole-model prefills and served-like decode steps timed just before and just after the real run; "
+               "f (gemm_in_situ) and g (decode_in_situ) set from them by the calibration's rules "
+               "(calib/in_situ_refresh.h)"},
+      {"basis", basis},
+      {"tables_placement", to_string(out.tables_placement)},
+      {"placement_ratios", p.placement_ratios ? p.placement_ratios->to_json() : nlohmann::json(nullptr)},
       {"settings",
        {{"prefill_tokens", s.prefill_tokens},
         {"decode_batches", s.decode_batches},
@@ -175,7 +295,8 @@ InSituRefreshResult refresh_in_situ(const DeviceProfile& profile, const InSituRe
                        {"decode_in_situ", in_situ_json(profile.decode_in_situ)}}},
       {"run", {{"gemm_in_situ", in_situ_json(p.gemm_in_situ)}, {"decode_in_situ", in_situ_json(p.decode_in_situ)}}},
       {"drift",
-       {{"meaning", "after / before the real run, geometric mean over the shapes (in the tables' placement)"},
+       {{"meaning", "after / before the real run per shape timed in the same placement both times, geometric mean "
+                    "over the shapes; null when no shape was"},
         {"decode", decode},
         {"prefill", prefill},
         {"largest", largest}}}};

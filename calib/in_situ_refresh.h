@@ -15,15 +15,18 @@
 // lengths, and decode steps of its in-situ batch sizes (DecodeSteps, the
 // same warm-up and timed steps as a full calibration) -- just before and
 // just after the real run, on a decoder of its own with the run's threads,
-// the threads' placement taken before and after every shape. Each sample
-// taken in the profile's other placement is divided by the profile's
-// placement ratio for its shape (calib/placement_ratios.h), so the pooled
-// samples describe the tables' placement; f and g are then set from them by
-// the calibration's own rules (calibration::set_in_situ, then
-// set_decode_in_situ). The kernel tables, the attention fits, the iteration
-// overhead and the placement ratios stay as calibrated: the prediction
-// still composes every iteration from the tables, at the machine's speed of
-// the run's minutes instead of the calibration's.
+// the threads' placement taken before and after every shape. The host
+// moves the threads between placements whose speeds differ by shape (a
+// 1-sequence decode step 0.75x far against near on the 2-core VM), so the
+// samples are kept by placement: f and g are set, by the calibration's own
+// rules (calibration::set_in_situ, then set_decode_in_situ), from the
+// samples of a placement that saw every shape, and where the other
+// placement saw every shape too the placement ratios are measured afresh
+// from the two (refresh_in_situ below says what happens otherwise). The
+// kernel tables, the attention fits and the iteration overhead stay as
+// calibrated: the prediction still composes every iteration from the
+// tables, at the machine's speed of the run's minutes instead of the
+// calibration's.
 #pragma once
 
 #include <cstdint>
@@ -91,12 +94,28 @@ class InSituRefresher {
 };
 
 struct InSituRefreshResult {
-  DeviceProfile profile;  // the input with gemm_in_situ and decode_in_situ re-measured
+  // The input with gemm_in_situ, decode_in_situ and placement_ratios
+  // re-measured for `tables_placement` (below).
+  DeviceProfile profile;
+  // The placement the refreshed factors describe; Unknown when the
+  // placement was not watched (one thread) and the profile has no ratios.
+  Placement tables_placement = Placement::Unknown;
   nlohmann::json report;  // report.json's in_situ (see validate.h)
 };
 
-// `profile` with f and g set from `samples` (above). Throws InputError
-// when no sample of a shape the settings name was taken.
+// `profile` with f and g set from `samples`, by where they ran:
+//   every shape timed in both placements: f and g from the samples in the
+//     profile's reference placement (its ratios' reference, else the
+//     placement most of its anchor probes saw, else near), and fresh
+//     placement ratios, each shape's median in the other over its median
+//     in that one;
+//   every shape timed in one placement only: f and g from that one's, and
+//     the profile's ratios seen from it (inverted when the profile's
+//     reference is the other), or none;
+//   neither (one thread; the host moving the threads between shapes):
+//     every sample, divided by the profile's ratio for the placement it ran
+//     in where it has ratios.
+// Throws InputError when no sample of a shape the settings name was taken.
 InSituRefreshResult refresh_in_situ(const DeviceProfile& profile, const InSituRefreshSettings& settings,
                                     const std::vector<InSituSample>& samples,
                                     const std::function<void(const std::string&)>& say = {});

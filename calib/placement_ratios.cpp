@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <stdexcept>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -54,6 +55,15 @@ void read_ladder(const nlohmann::json& j, const char* x_name, const char* ratio_
 }
 
 }  // namespace
+
+PlacementRatios PlacementRatios::inverted() const {
+  PlacementRatios r = *this;
+  std::swap(r.reference, r.other);
+  std::swap(r.samples_reference, r.samples_other);
+  for (double& x : r.decode_ratio) x = 1.0 / x;
+  for (double& x : r.prefill_ratio) x = 1.0 / x;
+  return r;
+}
 
 double PlacementRatios::ratio(int64_t prefill, int64_t sequences, int64_t tokens, Placement placement) const {
   if (placement != other || other == Placement::Unknown) return 1.0;

@@ -49,6 +49,10 @@ struct PlacementRatios {
     return ratio(plan.num_prefill_tokens, int64_t(plan.sequences.size()), plan.num_tokens(), placement);
   }
 
+  // The same ratios seen from the other side: reference and other swapped,
+  // every ratio r as 1 / r.
+  PlacementRatios inverted() const;
+
   nlohmann::json to_json() const;
   // Throws InputError naming `source` for a malformed object.
   static PlacementRatios from_json(const nlohmann::json& j, const std::string& source);

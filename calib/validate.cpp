@@ -381,8 +381,10 @@ class Anchoring {
 };
 
 // ValidationResult::placement.
+// `tables_placement`: the placement an in-situ refresh measured the
+// factors in (Unknown without one).
 nlohmann::json placement_json(const std::vector<RecordedIteration>& iterations, const DeviceProfile& profile,
-                              bool cuda, bool applied, const std::string& not_applied) {
+                              bool cuda, bool applied, const std::string& not_applied, Placement tables_placement) {
   if (cuda) return {{"watched", false}, {"reason", "cuda (a GPU's kernels do not move between CPU cores)"}};
   PlacementCounts run;
   std::vector<double> latencies;
@@ -426,7 +428,10 @@ nlohmann::json placement_json(const std::vector<RecordedIteration>& iterations, 
     // with --placement apply the other one too.
     j["run_share_costed_in_its_placement"] =
         run.share(profile.placement_ratios->reference) + (applied ? run.share(profile.placement_ratios->other) : 0.0);
+  } else if (tables_placement != Placement::Unknown) {
+    j["run_share_costed_in_its_placement"] = run.share(tables_placement);  // the refresh's placement alone
   }
+  if (tables_placement != Placement::Unknown) j["refreshed_in"] = to_string(tables_placement);
   return j;
 }
 
@@ -505,13 +510,18 @@ ValidationResult run_validation(const EngineSetup& setup, const Workload& worklo
   v.measured = serve(setup, workload, callbacks.run_progress, callbacks.on_ready, wrap);
   refresh(false);
   anchoring.after_run();
+  // The profile the predictions cost with: the refreshed one, whose
+  // factors describe `tables_placement` and whose ratios (fresh, the
+  // profile's, or none) the other placement.
+  std::optional<InSituRefreshResult> refreshed;
   if (refresher) {
-    InSituRefreshResult refreshed = refresh_in_situ(profile, refresher->settings(), refresher->samples(), callbacks.note);
-    cost_model = ProfileModel(std::move(refreshed.profile), setup.model, profile_source);
-    v.in_situ = std::move(refreshed.report);
+    refreshed = refresh_in_situ(profile, refresher->settings(), refresher->samples(), callbacks.note);
+    cost_model = ProfileModel(refreshed->profile, setup.model, profile_source);
+    v.in_situ = refreshed->report;
     refresher.reset();
     refresh_decoder.reset();
   }
+  const DeviceProfile& costed_profile = refreshed ? refreshed->profile : profile;
   v.anchor = anchoring.apply();
   v.cost_model = cost_model.describe();
   v.config = engine_setup_to_json(setup, v.measured);
@@ -519,15 +529,17 @@ ValidationResult run_validation(const EngineSetup& setup, const Workload& worklo
   std::string placement_not_applied;
   if (options.placement == ValidationOptions::PlacementCosting::Apply) {
     if (device.cuda) placement_not_applied = "cuda";
-    else if (!profile.placement_ratios) placement_not_applied = "the profile has no placement ratios";
+    else if (!costed_profile.placement_ratios) placement_not_applied = "the profile has no placement ratios";
     else if (k > 0) placement_not_applied = "speculative runs are costed without placement ratios";
   }
   const bool placement_applied =
       options.placement == ValidationOptions::PlacementCosting::Apply && placement_not_applied.empty();
-  v.placement = placement_json(v.iterations, profile, device.cuda, placement_applied, placement_not_applied);
+  v.placement = placement_json(v.iterations, costed_profile, device.cuda, placement_applied, placement_not_applied,
+                               refreshed ? refreshed->tables_placement : Placement::Unknown);
   if (!placement_not_applied.empty())
     v.warnings.push_back("--placement apply: not applied (" + placement_not_applied + ")");
-  if (placement_applied && v.anchor.value("measured", false) && v.anchor["profiles"].contains("profile")) {
+  if (placement_applied && profile.placement_ratios && v.anchor.value("measured", false) &&
+      v.anchor["profiles"].contains("profile")) {
     // The anchor probes' expected values in the other placement, for a
     // probe taken there: the calibration's own probes in that placement
     // (their median) when 2 or more were, else the anchor scaled by the
@@ -561,7 +573,7 @@ ValidationResult run_validation(const EngineSetup& setup, const Workload& worklo
   } else {
     v.predicted_iteration_s = cost_iterations(v.iterations, cost_model, v.measured.scheduler.block_size);
   }
-  if (placement_applied) cost_in_placement(v.iterations, *profile.placement_ratios, v.predicted_iteration_s);
+  if (placement_applied) cost_in_placement(v.iterations, *costed_profile.placement_ratios, v.predicted_iteration_s);
   std::vector<double> measured_s;
   std::vector<IterationKind> kinds;
   for (const RecordedIteration& it : v.iterations) {
@@ -594,7 +606,8 @@ ValidationResult run_validation(const EngineSetup& setup, const Workload& worklo
         starts.push_back(v.measured.records.iterations[i].start_s);
         placements.push_back(placement_of(v.iterations[i].core_latency_ns));
       }
-      in_placement.emplace(executor, clock, *profile.placement_ratios, std::move(starts), std::move(placements));
+      in_placement.emplace(executor, clock, *costed_profile.placement_ratios, std::move(starts),
+                           std::move(placements));
     }
     Executor& costed = in_placement ? static_cast<Executor&>(*in_placement) : executor;
     Runner runner(scheduler, speculative ? static_cast<Executor&>(*speculative) : costed, clock);

@@ -15,7 +15,8 @@ reference, and the drift is the larger |r - 1| over both probes:
 - with `--in-situ refresh` (the profile's whole-model factors timed again
   just before and just after the real run, calib/in_situ_refresh.h), drift
   during the run as those timings saw it: report.json's in_situ.drift.largest,
-  the larger |after / before - 1| of its decode steps and of its prefills.
+  the larger |after / before - 1| of its decode steps and of its prefills
+  (0 when no shape was timed in the same placement before and after).
 
 The decode probe covers decode steps; prefills and mixed steps are mostly
 GEMM time, which moves with compute speed, and that can drift while memory
@@ -74,8 +75,11 @@ def drift_of(point, anchor):
     with open(os.path.join(point, "report_replay.json")) as f:
         report = json.load(f)
     in_situ = report.get("in_situ") or {}
-    if in_situ.get("refreshed") and isinstance(in_situ.get("drift", {}).get("largest"), (int, float)):
-        return in_situ["drift"]["largest"]
+    if in_situ.get("refreshed"):
+        # null: no shape was timed in the same placement before and after
+        # the run; each placement's factors or ratios were then timed in it.
+        largest = in_situ.get("drift", {}).get("largest")
+        return largest if isinstance(largest, (int, float)) else 0.0
     if not report.get("anchor", {}).get("measured"):
         return 0.0
     probes = report["anchor"]["profiles"]["profile"]

@@ -66,6 +66,21 @@ TEST_CASE("placement ratios: an iteration's ratio by its shape and placement") {
   CHECK(r.ratio(8, 1, 8, Placement::Near) == Approx(0.9));
 }
 
+TEST_CASE("placement ratios: inverted, the same ratios seen from the other placement") {
+  PlacementRatios r = synthetic_ratios();
+  r.samples_reference = {5, 6, 7, 8};
+  r.samples_other = {1, 2, 3, 4};
+  const PlacementRatios i = r.inverted();
+  CHECK(i.reference == Placement::Near);
+  CHECK(i.other == Placement::Far);
+  CHECK(i.samples_reference == r.samples_other);
+  CHECK(i.samples_other == r.samples_reference);
+  CHECK(i.ratio(0, 1, 1, Placement::Far) == Approx(1 / 1.3));
+  CHECK(i.ratio(0, 1, 1, Placement::Near) == 1.0);
+  CHECK(i.ratio(512, 1, 512, Placement::Far) == Approx(1 / 0.8));
+  CHECK(i.inverted().decode_ratio == r.decode_ratio);
+}
+
 TEST_CASE("placement ratios: round-trip through JSON, malformed ones refused by name") {
   const PlacementRatios r = synthetic_ratios();
   const PlacementRatios back = PlacementRatios::from_json(r.to_json(), "p.json");

@@ -480,6 +480,29 @@ TEST_CASE("validate: a tiny model end to end with a quick calibration") {
   CHECK(table.find("replay mode") != std::string::npos);
   fs::remove_all(dir);
 
+  // Without --in-situ refresh the calibrated factors are used, and said so.
+  CHECK_FALSE(v.in_situ["refreshed"].get<bool>());
+  // With it, the factors are timed again around the real run, on the
+  // profile's shapes within the run's limits, and the report says how.
+  ValidationOptions refresh;
+  refresh.in_situ = ValidationOptions::InSitu::Refresh;
+  const ValidationResult r = run_validation(setup, workload, profile, "quick calibration", {}, refresh);
+  REQUIRE(r.in_situ["refreshed"].get<bool>());
+  CHECK(r.in_situ["settings"]["decode_batches"] == nlohmann::json(profile.decode_in_situ.x));
+  CHECK(r.in_situ["run"]["decode_in_situ"]["x"] == nlohmann::json(profile.decode_in_situ.x));
+  for (const nlohmann::json& f : r.in_situ["run"]["decode_in_situ"]["factor"]) CHECK(f.get<double>() > 0);
+  CHECK(r.in_situ["drift"]["largest"].get<double>() >= 0);
+  CHECK(r.in_situ["samples"]["before"]["unknown"].get<int64_t>() > 0);  // one thread: no placement
+  CHECK(validation_report_json(r, ValidationMode::Predict)["in_situ"]["refreshed"].get<bool>());
+  CHECK(format_validation_table(r, ValidationMode::Predict, "t").find("in-situ factors refreshed") !=
+        std::string::npos);
+  REQUIRE(r.predicted_iteration_s.size() == r.iterations.size());
+  for (double x : r.predicted_iteration_s) CHECK(x > 0);
+  // Refresh and re-anchoring both correct for drift: not both.
+  refresh.anchor = ValidationOptions::Anchor::Apply;
+  CHECK(test::input_error_of([&] { run_validation(setup, workload, profile, "p", {}, refresh); })
+            .find("--anchor apply") != std::string::npos);
+
   // A profile of another model shape is refused before anything is served.
   EngineSetup other = setup;
   other.model.intermediate_size = 96;

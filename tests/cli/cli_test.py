@@ -561,6 +561,17 @@ def placement_flag_errors(ctx):
                        ["--placement-seconds", "7200"])
 
 
+@case
+def in_situ_flag_errors(ctx):
+    # --in-situ names what is wrong, and refuses to correct drift twice.
+    expect_input_error(ctx, ["validate", "--in-situ", "sometimes", "--out", ctx.path("v")],
+                       ["--in-situ", "sometimes"])
+    expect_input_error(ctx, ["validate", "--in-situ", "refresh", "--anchor", "apply", "--out", ctx.path("v")],
+                       ["--in-situ refresh", "--anchor apply"])
+    p = ctx.ok("validate", "--help")
+    check("--in-situ" in p.stdout, "validate --help lacks --in-situ")
+
+
 def run_case_from_argv(cases, description):
     """The command line every tests/cli/*_test.py script shares: --list, or run one case."""
     ap = argparse.ArgumentParser(description=description)

@@ -1,0 +1,259 @@
+// The in-situ refresh (calib/in_situ_refresh.h): its shapes within a run's
+// limits, what it times, the factors it sets from known timings (a fake
+// executor taking a known multiple of the profile's prediction), samples
+// taken in the profile's other placement, the drift over the run, and the
+// refusal of a shape it has no sample of.
+#include <catch2/catch.hpp>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "calib/calibration_common.h"
+#include "calib/in_situ_refresh.h"
+#include "calib/placement_ratios.h"
+#include "calib/profile_model.h"
+#include "calib/synthetic_profile.h"
+#include "sim/errors.h"
+#include "sim/executor.h"
+
+using namespace servesim;
+using namespace servesim::test::synthetic;
+using servesim::test::input_error_of;
+
+namespace {
+
+// The synthetic profile with in-situ curves that are not 1.
+DeviceProfile profile_with_factors() {
+  DeviceProfile p = synthetic_profile(tiny_model());
+  p.gemm_in_situ.x = {32, 128};
+  p.gemm_in_situ.factor = {1.1, 0.9};
+  p.decode_in_situ.x = {1, 4};
+  p.decode_in_situ.factor = {0.95, 1.05};
+  return p;
+}
+
+InSituRefreshSettings small_settings() {
+  InSituRefreshSettings s;
+  s.prefill_tokens = {32, 128};
+  s.decode_batches = {1, 4};
+  s.cached = 63;
+  s.block_size = 16;
+  return s;
+}
+
+// Takes what `model` predicts for each plan, times `decode_scale` for
+// decode steps and `prefill_scale` for prefills, times `placement_ratio`'s
+// ratio when `far` (the tables' placement is near).
+class KnownTimes final : public Executor {
+ public:
+  explicit KnownTimes(const ProfileModel& model) : model_(model) {}
+  std::string name() const override { return "known times"; }
+  void execute(const IterationPlan& plan, IterationResult& result) override {
+    const double scale = plan.num_prefill_tokens > 0 ? prefill_scale : decode_scale;
+    const double ratio = ratios ? ratios->ratio(plan, far ? Placement::Far : Placement::Near) : 1.0;
+    result.duration_s = model_.breakdown(plan).total() * scale * ratio;
+    ++executions;
+  }
+  double decode_scale = 1, prefill_scale = 1;
+  bool far = false;
+  const PlacementRatios* ratios = nullptr;
+  int executions = 0;
+
+ private:
+  const ProfileModel& model_;
+};
+
+// One-way core-to-core latencies: near and far (calib/placement.h).
+constexpr double kNearNs = 50, kFarNs = 200;
+
+}  // namespace
+
+TEST_CASE("in-situ refresh: the profile's shapes within the run's limits, the defaults without them") {
+  DeviceProfile p = synthetic_profile(tiny_model());
+  p.gemm_in_situ.x = {32, 128, 512};
+  p.gemm_in_situ.factor = {1, 1, 1};
+  p.decode_in_situ.x = {1, 2, 4, 8, 16, 32};
+  p.decode_in_situ.factor = {1, 1, 1, 1, 1, 1};
+  InSituRefreshSettings s = in_situ_refresh_settings(p, 8, 256, 4096);
+  CHECK(s.prefill_tokens == std::vector<int64_t>{32, 128});
+  CHECK(s.decode_batches == std::vector<int64_t>{1, 2, 4, 8});
+  CHECK(s.cached == 127);
+  CHECK(s.block_size == p.block_size);
+  CHECK(in_situ_refresh_blocks(s) ==
+        calibration::DecodeSteps::blocks(8, 127, s.warm_up + s.timed, s.block_size));
+
+  // A profile from before the curves: the full calibration's shapes.
+  const DeviceProfile bare = synthetic_profile(tiny_model());
+  s = in_situ_refresh_settings(bare, 256, 8192, 8192);
+  CHECK(s.prefill_tokens == std::vector<int64_t>{32, 128, 512});
+  CHECK(s.decode_batches == std::vector<int64_t>{1, 2, 4, 8, 16, 32});
+
+  // A short model: the contexts (up to 3 cached / 2 + the steps) fit it.
+  s = in_situ_refresh_settings(bare, 256, 8192, 100);
+  CHECK(s.prefill_tokens == std::vector<int64_t>{32});
+  CHECK(s.cached == (100 - 1 - s.warm_up - s.timed) * 2 / 3);
+  CHECK(3 * s.cached / 2 + s.warm_up + s.timed + 1 <= 100);
+}
+
+TEST_CASE("in-situ refresh: times every shape each round and sets f and g from what it measured") {
+  const DeviceProfile p = profile_with_factors();
+  const ProfileModel model(p, p.model);
+  KnownTimes executor(model);
+  executor.decode_scale = 1.2;  // decode steps 20% slower than the profile says, prefills as it says
+  const InSituRefreshSettings s = small_settings();
+  InSituRefresher refresher(s, executor, [] { return kNearNs; });
+  refresher.measure(true);
+  refresher.measure(false);
+
+  // Per round: 3 executions of each prefill (2 timed), warm-up + timed steps per batch size.
+  CHECK(executor.executions == 2 * s.rounds * (3 * 2 + (s.warm_up + s.timed) * 2));
+  const std::vector<InSituSample>& samples = refresher.samples();
+  REQUIRE(samples.size() == size_t(2 * s.rounds * (2 * 2 + s.timed * 2)));
+  int before = 0;
+  for (const InSituSample& x : samples) {
+    CHECK(x.placement == Placement::Near);
+    CHECK(x.seconds > 0);
+    before += x.before ? 1 : 0;
+  }
+  CHECK(before == int(samples.size()) / 2);
+
+  const InSituRefreshResult r = refresh_in_situ(p, s, samples);
+  REQUIRE(r.profile.gemm_in_situ.x == p.gemm_in_situ.x);
+  for (size_t i = 0; i < p.gemm_in_situ.x.size(); ++i)
+    CHECK(r.profile.gemm_in_situ.factor[i] == Approx(p.gemm_in_situ.factor[i]).epsilon(1e-9));
+  REQUIRE(r.profile.decode_in_situ.x == p.decode_in_situ.x);
+  for (size_t i = 0; i < p.decode_in_situ.x.size(); ++i)
+    CHECK(r.profile.decode_in_situ.factor[i] == Approx(1.2 * p.decode_in_situ.factor[i]).epsilon(1e-9));
+  // Only the factors change: the refreshed profile predicts a served decode step 1.2x.
+  const ProfileModel refreshed(r.profile, p.model);
+  calibration::DecodeSteps steps(4, 200, 1, 16);
+  CHECK(refreshed.breakdown(steps.plan()).total() == Approx(1.2 * model.breakdown(steps.plan()).total()));
+  CHECK(r.profile.iteration_overhead_s == p.iteration_overhead_s);
+
+  CHECK(r.report["refreshed"].get<bool>());
+  CHECK(r.report["samples"]["before"]["near"].get<int64_t>() == before);
+  CHECK(r.report["calibration"]["decode_in_situ"]["factor"][0].get<double>() == 0.95);
+  CHECK(r.report["run"]["decode_in_situ"]["factor"][0].get<double>() == Approx(1.2 * 0.95));
+  CHECK(r.report["drift"]["decode"].get<double>() == Approx(1.0));
+  CHECK(r.report["drift"]["largest"].get<double>() == Approx(0.0).margin(1e-9));
+}
+
+namespace {
+
+// Near is the tables' placement; far runs 1-sequence decode steps 0.75x
+// as long, 4 sequences 1.0x, prefills 1.02x (32 tokens) and 1.04x (128).
+PlacementRatios near_far_ratios() {
+  PlacementRatios r;
+  r.reference = Placement::Near;
+  r.other = Placement::Far;
+  r.decode_batch = {1, 4};
+  r.decode_ratio = {0.75, 1.0};
+  r.prefill_tokens = {32, 128};
+  r.prefill_ratio = {1.02, 1.04};
+  r.context = 256;
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("in-situ refresh: timed in the other placement only, the factors describe it, the ratios turned round") {
+  DeviceProfile p = profile_with_factors();
+  const PlacementRatios ratios = near_far_ratios();
+  p.placement_ratios = ratios;
+  const ProfileModel model(p, p.model);
+  KnownTimes executor(model);
+  executor.ratios = &ratios;
+  executor.far = true;  // every iteration runs far, as the ratios say it does
+  const InSituRefreshSettings s = small_settings();
+  InSituRefresher refresher(s, executor, [] { return kFarNs; });
+  refresher.measure(true);
+  refresher.measure(false);
+  for (const InSituSample& x : refresher.samples()) CHECK(x.placement == Placement::Far);
+
+  const InSituRefreshResult r = refresh_in_situ(p, s, refresher.samples());
+  CHECK(r.tables_placement == Placement::Far);
+  REQUIRE(r.profile.placement_ratios);
+  CHECK(r.profile.placement_ratios->reference == Placement::Far);
+  CHECK(r.profile.placement_ratios->other == Placement::Near);
+  CHECK(r.profile.placement_ratios->decode_ratio.front() == Approx(1 / 0.75));
+  // The refreshed tables predict the far timings; its ratios the near ones.
+  const ProfileModel refreshed(r.profile, p.model);
+  for (int64_t b : s.decode_batches) {
+    calibration::DecodeSteps steps(b, 63, 1, 16);
+    const double near = model.breakdown(steps.plan()).total();
+    CHECK(refreshed.breakdown(steps.plan()).total() == Approx(near * ratios.ratio(steps.plan(), Placement::Far)));
+  }
+  for (int64_t t : s.prefill_tokens) {
+    const calibration::OneSequencePlan prefill(1, t, 0, true, 16);
+    const double near = model.breakdown(prefill.plan()).total();
+    CHECK(refreshed.breakdown(prefill.plan()).total() ==
+          Approx(near * ratios.ratio(prefill.plan(), Placement::Far)));
+  }
+  CHECK(r.report["tables_placement"] == "far");
+  CHECK(r.report["samples"]["after"]["far"].get<int64_t>() == int64_t(refresher.samples().size() / 2));
+}
+
+TEST_CASE("in-situ refresh: timed in both placements, the ratios are measured afresh from the two") {
+  DeviceProfile p = profile_with_factors();
+  p.placement_ratios.reset();  // the calibration saw one placement
+  const ProfileModel model(p, p.model);
+  PlacementRatios truth = near_far_ratios();
+  KnownTimes executor(model);
+  executor.ratios = &truth;
+  const InSituRefreshSettings s = small_settings();
+  bool far = false;
+  InSituRefresher refresher(s, executor, [&] { return far ? kFarNs : kNearNs; });
+  refresher.measure(true);  // near before the run
+  far = executor.far = true;
+  refresher.measure(false);  // far after it
+
+  const InSituRefreshResult r = refresh_in_situ(p, s, refresher.samples());
+  CHECK(r.tables_placement == Placement::Near);  // no ratios, no anchor probes: near
+  for (size_t i = 0; i < p.decode_in_situ.x.size(); ++i)
+    CHECK(r.profile.decode_in_situ.factor[i] == Approx(p.decode_in_situ.factor[i]).epsilon(1e-9));
+  REQUIRE(r.profile.placement_ratios);
+  CHECK(r.profile.placement_ratios->reference == Placement::Near);
+  CHECK(r.profile.placement_ratios->decode_ratio[0] == Approx(0.75));
+  CHECK(r.profile.placement_ratios->decode_ratio[1] == Approx(1.0));
+  CHECK(r.profile.placement_ratios->prefill_ratio[0] == Approx(1.02));
+  CHECK(r.profile.placement_ratios->prefill_ratio[1] == Approx(1.04));
+  // No shape was timed in one placement both before and after: no drift.
+  CHECK(r.report["drift"]["largest"].is_null());
+}
+
+TEST_CASE("in-situ refresh: the drift is after over before, and the factors take the median of both") {
+  const DeviceProfile p = profile_with_factors();
+  const ProfileModel model(p, p.model);
+  KnownTimes executor(model);
+  const InSituRefreshSettings s = small_settings();
+  InSituRefresher refresher(s, executor, [] { return kNearNs; });
+  refresher.measure(true);
+  executor.decode_scale = 1.1;  // decode steps slowed down during the run, prefills did not
+  refresher.measure(false);
+
+  const InSituRefreshResult r = refresh_in_situ(p, s, refresher.samples());
+  CHECK(r.report["drift"]["decode"].get<double>() == Approx(1.1));
+  CHECK(r.report["drift"]["prefill"].get<double>() == Approx(1.0));
+  CHECK(r.report["drift"]["largest"].get<double>() == Approx(0.1));
+  // As many samples at 1.0 as at 1.1: the median ratio is halfway.
+  for (size_t i = 0; i < p.decode_in_situ.x.size(); ++i)
+    CHECK(r.profile.decode_in_situ.factor[i] == Approx(1.05 * p.decode_in_situ.factor[i]));
+}
+
+TEST_CASE("in-situ refresh: a shape without a sample is refused by name; bad settings are refused") {
+  const DeviceProfile p = profile_with_factors();
+  const InSituRefreshSettings s = small_settings();
+  const std::string message = input_error_of([&] { refresh_in_situ(p, s, {}); });
+  CHECK(message.find("32-token prefill") != std::string::npos);
+  std::vector<InSituSample> prefills_only = {{true, 32, 1, 0, 1e-3, Placement::Near},
+                                             {true, 128, 1, 0, 2e-3, Placement::Near}};
+  CHECK(input_error_of([&] { refresh_in_situ(p, s, prefills_only); }).find("decode step of 1 sequence") !=
+        std::string::npos);
+
+  const ProfileModel model(p, p.model);
+  KnownTimes executor(model);
+  InSituRefreshSettings bad = s;
+  bad.timed = 0;
+  CHECK_THROWS_AS(InSituRefresher(bad, executor, {}), std::invalid_argument);
+}
