@@ -9,9 +9,6 @@
 
 #include "calib/calibration_common.h"
 #include "calib/placement_ratios.h"
-#include "kernels/cpu/cpu_backend.h"
-#include "kernels/decoder/decoder_executor.h"
-#include "kernels/decoder/host_weights.h"
 #include "sim/errors.h"
 
 namespace servesim {
@@ -49,14 +46,22 @@ int64_t in_situ_refresh_blocks(const InSituRefreshSettings& s) {
   return std::max<int64_t>(blocks, 1);
 }
 
-InSituRefresher::InSituRefresher(InSituRefreshSettings settings, Executor& executor,
-                                 std::function<double()> core_latency_ns)
-    : settings_(std::move(settings)), executor_(executor), core_latency_ns_(std::move(core_latency_ns)) {
+InSituRefreshSettings fit_to_kv_cache(InSituRefreshSettings s, int64_t kv_blocks, int32_t block_size) {
+  s.block_size = block_size;
+  std::erase_if(s.prefill_tokens, [&](int64_t t) { return ceil_div(t, block_size) > kv_blocks; });
+  std::erase_if(s.decode_batches, [&](int64_t b) {
+    return DecodeSteps::blocks(b, s.cached, s.warm_up + s.timed, block_size) > kv_blocks;
+  });
+  return s;
+}
+
+InSituRefresher::InSituRefresher(InSituRefreshSettings settings, std::function<double()> core_latency_ns)
+    : settings_(std::move(settings)), core_latency_ns_(std::move(core_latency_ns)) {
   if (settings_.timed < 1 || settings_.warm_up < 0 || settings_.rounds < 1)
     throw std::invalid_argument("InSituRefresher: timed and rounds must be >= 1, warm_up >= 0");
 }
 
-void InSituRefresher::measure(bool before) {
+void InSituRefresher::measure(Executor& executor, bool before) {
   const InSituRefreshSettings& s = settings_;
   auto latency = [&] { return core_latency_ns_ ? core_latency_ns_() : std::numeric_limits<double>::quiet_NaN(); };
   IterationResult result;
@@ -68,8 +73,9 @@ void InSituRefresher::measure(bool before) {
       std::vector<double> seconds;
       for (int i = 0; i < 3; ++i) {
         result.reset();
-        executor_.execute(prefill.plan(), result);
+        executor.execute(prefill.plan(), result);
         if (i > 0) seconds.push_back(result.duration_s);
+        executor.on_request_finished(1);  // each prefill of request 1 a new one
       }
       const Placement placement = placement_of(latency_before, latency());
       for (double sec : seconds) samples_.push_back({before, t, 1, 0, sec, placement});
@@ -78,7 +84,7 @@ void InSituRefresher::measure(bool before) {
     for (int64_t b : s.decode_batches) {
       const double latency_before = latency();
       const std::vector<double> seconds =
-          calibration::time_decode_steps(executor_, b, s.cached, s.block_size, s.warm_up, s.timed);
+          calibration::time_decode_steps(executor, b, s.cached, s.block_size, s.warm_up, s.timed);
       const Placement placement = placement_of(latency_before, latency());
       for (size_t k = 0; k < seconds.size(); ++k) samples_.push_back({before, 0, b, int(k), seconds[k], placement});
     }
@@ -301,19 +307,6 @@ InSituRefreshResult refresh_in_situ(const DeviceProfile& profile, const InSituRe
         {"prefill", prefill},
         {"largest", largest}}}};
   return out;
-}
-
-std::unique_ptr<Executor> make_in_situ_refresh_decoder(const ModelSpec& model, const InSituRefreshSettings& settings,
-                                                       int threads, uint64_t weights_seed,
-                                                       const SamplingParams& sampling) {
-  CpuDecoderOptions decoder_options;
-  decoder_options.threads = threads;
-  DecoderExecutorOptions executor_options;
-  executor_options.sampling = sampling;
-  return std::make_unique<DecoderExecutor>(make_cpu_decoder(random_weights(model, weights_seed),
-                                                            in_situ_refresh_blocks(settings), settings.block_size,
-                                                            decoder_options),
-                                           executor_options);
 }
 
 }  // namespace servesim

@@ -14,8 +14,11 @@
 // calibration measured for f and g -- prefills of the profile's in-situ
 // lengths, and decode steps of its in-situ batch sizes (DecodeSteps, the
 // same warm-up and timed steps as a full calibration) -- just before and
-// just after the real run, on a decoder of its own with the run's threads,
-// the threads' placement taken before and after every shape. The host
+// just after the real run, on the served decoder itself (serve()'s
+// ServeHooks: on the 2-core VM two copies of the same weights ran the same
+// decode step up to 9% apart, the first allocated fastest, so a copy of its
+// own would time another speed), the threads' placement taken before and
+// after every shape. The host
 // moves the threads between placements whose speeds differ by shape (a
 // 1-sequence decode step 0.75x far against near on the 2-core VM), so the
 // samples are kept by placement: f and g are set, by the calibration's own
@@ -31,7 +34,6 @@
 
 #include <cstdint>
 #include <functional>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -39,7 +41,6 @@
 
 #include "calib/placement.h"
 #include "calib/profile.h"
-#include "kernels/decoder/sampler.h"
 #include "sim/executor.h"
 
 namespace servesim {
@@ -64,6 +65,9 @@ InSituRefreshSettings in_situ_refresh_settings(const DeviceProfile& profile, int
 
 // KV blocks a decoder needs for the settings' plans.
 int64_t in_situ_refresh_blocks(const InSituRefreshSettings& settings);
+// The settings without the prefills and decode batches that need more than
+// `kv_blocks` KV blocks of `block_size` tokens, in blocks of that size.
+InSituRefreshSettings fit_to_kv_cache(InSituRefreshSettings settings, int64_t kv_blocks, int32_t block_size);
 
 // One timed whole-model iteration of the refresh.
 struct InSituSample {
@@ -75,20 +79,21 @@ struct InSituSample {
   Placement placement = Placement::Unknown;  // the same before and after its shape, else Unknown
 };
 
-// Times the refresh's iterations on `executor` (a whole-model decoder with
-// at least in_situ_refresh_blocks(settings) KV blocks); `core_latency_ns`
-// reads the threads' placement (calib/placement.h; NaN: not measured).
+// Times the refresh's iterations; `core_latency_ns` reads the threads'
+// placement (calib/placement.h; NaN: not measured).
 class InSituRefresher {
  public:
-  InSituRefresher(InSituRefreshSettings settings, Executor& executor, std::function<double()> core_latency_ns);
-  // settings.rounds rounds of every shape, recorded as before or after the run.
-  void measure(bool before);
+  InSituRefresher(InSituRefreshSettings settings, std::function<double()> core_latency_ns);
+  // settings.rounds rounds of every shape on `executor` (a whole-model
+  // decoder with at least in_situ_refresh_blocks(settings) free KV blocks,
+  // and no live request 1 .. max decode batch), recorded as before or
+  // after the run. The requests it runs are finished after.
+  void measure(Executor& executor, bool before);
   const std::vector<InSituSample>& samples() const { return samples_; }
   const InSituRefreshSettings& settings() const { return settings_; }
 
  private:
   InSituRefreshSettings settings_;
-  Executor& executor_;
   std::function<double()> core_latency_ns_;
   std::vector<InSituSample> samples_;
 };
@@ -119,11 +124,5 @@ struct InSituRefreshResult {
 InSituRefreshResult refresh_in_situ(const DeviceProfile& profile, const InSituRefreshSettings& settings,
                                     const std::vector<InSituSample>& samples,
                                     const std::function<void(const std::string&)>& say = {});
-
-// A whole-model CPU decoder for the refresh of `model` (random weights of
-// `weights_seed`, `threads` threads, 0: every core).
-std::unique_ptr<Executor> make_in_situ_refresh_decoder(const ModelSpec& model, const InSituRefreshSettings& settings,
-                                                       int threads, uint64_t weights_seed,
-                                                       const SamplingParams& sampling);
 
 }  // namespace servesim

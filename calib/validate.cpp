@@ -13,6 +13,7 @@
 #include "calib/placement.h"
 #include "calib/profile_model.h"
 #include "calib/replay_clock.h"
+#include "kernels/decoder/decoder_executor.h"
 #include "kernels/decoder/device_choice.h"
 #include "sim/clock.h"
 #include "sim/errors.h"
@@ -477,38 +478,39 @@ ValidationResult run_validation(const EngineSetup& setup, const Workload& worklo
   ExecutorWrapper wrap = [&v, placement_threads](Executor& decoder) -> std::unique_ptr<Executor> {
     return std::make_unique<RecordingExecutor>(decoder, v.iterations, placement_threads);
   };
-  // The in-situ refresh (ValidationOptions::in_situ): its decoder built
-  // before the anchor probes, its iterations timed closest to the run.
-  std::unique_ptr<Executor> refresh_decoder;
+  // The in-situ refresh (ValidationOptions::in_situ): timed on the served
+  // decoder just before the clock starts and just after the run.
   std::optional<InSituRefresher> refresher;
+  ServeHooks hooks;
   if (options.in_situ == ValidationOptions::InSitu::Refresh) {
-    if (device.cuda) {
+    if (device.cuda)
       v.in_situ = {{"refreshed", false}, {"reason", "cuda (a GPU keeps its speed from one run to the next)"}};
-    } else if (k > 0) {
+    else if (k > 0)
       v.in_situ = {{"refreshed", false}, {"reason", "speculative runs are costed with the calibrated factors"}};
-    } else {
-      const InSituRefreshSettings settings = in_situ_refresh_settings(
-          profile, config.max_num_seqs, config.max_num_batched_tokens, config.max_model_len);
-      refresh_decoder = make_in_situ_refresh_decoder(profile.model, settings, setup.threads, setup.weights_seed,
-                                                     setup.decoding.sampling);
-      const int threads = setup.threads;
-      refresher.emplace(settings, *refresh_decoder, [threads] { return core_to_core_latency_ns(threads); });
-    }
-    if (!refresher) v.warnings.push_back("--in-situ refresh: not applied (" + v.in_situ["reason"].get<std::string>() + ")");
+    if (!v.in_situ.is_null())
+      v.warnings.push_back("--in-situ refresh: not applied (" + v.in_situ["reason"].get<std::string>() + ")");
   } else {
     v.in_situ = {{"refreshed", false}, {"reason", "--in-situ profile"}};
   }
-  auto refresh = [&](bool before) {
-    if (!refresher) return;
-    if (callbacks.note)
-      callbacks.note(fmt::format("in situ: timing whole-model prefills and decode steps {} the real run",
-                                 before ? "before" : "after"));
-    refresher->measure(before);
-  };
+  if (v.in_situ.is_null()) {
+    const int threads = setup.threads;
+    hooks.before_run = [&, threads](Executor& decoder) {
+      auto* served = dynamic_cast<DecoderExecutor*>(&decoder);
+      if (!served) throw std::logic_error("--in-situ refresh: the served executor is not a DecoderExecutor");
+      const InSituRefreshSettings settings = fit_to_kv_cache(
+          in_situ_refresh_settings(profile, config.max_num_seqs, config.max_num_batched_tokens, config.max_model_len),
+          served->model().kv_num_blocks(), served->model().kv_block_size());
+      refresher.emplace(settings, [threads] { return core_to_core_latency_ns(threads); });
+      if (callbacks.note) callbacks.note("in situ: timing whole-model prefills and decode steps before the run");
+      refresher->measure(decoder, true);
+    };
+    hooks.after_run = [&](Executor& decoder) {
+      if (callbacks.note) callbacks.note("in situ: timing whole-model prefills and decode steps after the run");
+      refresher->measure(decoder, false);
+    };
+  }
   anchoring.before_run();
-  refresh(true);
-  v.measured = serve(setup, workload, callbacks.run_progress, callbacks.on_ready, wrap);
-  refresh(false);
+  v.measured = serve(setup, workload, callbacks.run_progress, callbacks.on_ready, wrap, hooks);
   anchoring.after_run();
   // The profile the predictions cost with: the refreshed one, whose
   // factors describe `tables_placement` and whose ratios (fresh, the
@@ -518,8 +520,6 @@ ValidationResult run_validation(const EngineSetup& setup, const Workload& worklo
     refreshed = refresh_in_situ(profile, refresher->settings(), refresher->samples(), callbacks.note);
     cost_model = ProfileModel(refreshed->profile, setup.model, profile_source);
     v.in_situ = refreshed->report;
-    refresher.reset();
-    refresh_decoder.reset();
   }
   const DeviceProfile& costed_profile = refreshed ? refreshed->profile : profile;
   v.anchor = anchoring.apply();

@@ -114,7 +114,8 @@ SchedulerConfig engine_scheduler_config(const EngineSetup& setup) {
 
 EngineOutput serve(const EngineSetup& setup, const Workload& workload,
                    std::function<void(const RunProgress&)> progress,
-                   std::function<void(const std::string&)> on_ready, const ExecutorWrapper& wrap) {
+                   std::function<void(const std::string&)> on_ready, const ExecutorWrapper& wrap,
+                   const ServeHooks& hooks) {
   const DeviceChoice device = parse_device(setup.device);
   require_device(device);
   setup.model.validate(setup.model.name);
@@ -183,11 +184,13 @@ EngineOutput serve(const EngineSetup& setup, const Workload& workload,
                                            out.warm_up.seconds + out.draft_warm_up.seconds)
                              : std::string("no warm-up")));
 
+  if (hooks.before_run) hooks.before_run(*inner);
   Scheduler scheduler(out.scheduler);
   WallClock clock;
   Runner runner(scheduler, executor, clock);
   if (progress) runner.on_progress(std::move(progress));
   out.records = runner.run(workload);
+  if (hooks.after_run) hooks.after_run(*inner);
   out.summary = summarize_run(out.records, setup.slo);
   // Read from the executor serve() built, whatever the wrapper forwards.
   if (const SpeculativeStats* stats = inner->speculative_stats()) out.speculative = *stats;

@@ -78,6 +78,16 @@ SchedulerConfig engine_scheduler_config(const EngineSetup& setup);
 // used for the whole run.
 using ExecutorWrapper = std::function<std::unique_ptr<Executor>(Executor& decoder)>;
 
+// Called with the decoder executor serve() built (not a wrapper): just
+// before the clock starts (after the warm-up) and just after the run, when
+// no request holds KV blocks. Validation times whole-model iterations on
+// the served decoder there (calib/in_situ_refresh.h): on the 2-core VM two
+// copies of the same weights ran the same decode step up to 9% apart, so a
+// copy of its own would not time the served one.
+struct ServeHooks {
+  std::function<void(Executor& decoder)> before_run, after_run;
+};
+
 // Builds the decoder (and the draft when scheduler.num_speculative_tokens >
 // 0), serves the workload in real time and summarises it.
 // `on_ready` is called once the weights are loaded and the decoders warmed
@@ -85,7 +95,7 @@ using ExecutorWrapper = std::function<std::unique_ptr<Executor>(Executor& decode
 EngineOutput serve(const EngineSetup& setup, const Workload& workload,
                    std::function<void(const RunProgress&)> progress = {},
                    std::function<void(const std::string&)> on_ready = {},
-                   const ExecutorWrapper& wrap = {});
+                   const ExecutorWrapper& wrap = {}, const ServeHooks& hooks = {});
 
 nlohmann::json engine_setup_to_json(const EngineSetup& setup, const EngineOutput& out);
 

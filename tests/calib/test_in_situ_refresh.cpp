@@ -5,6 +5,7 @@
 // refusal of a shape it has no sample of.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
@@ -55,8 +56,10 @@ class KnownTimes final : public Executor {
     result.duration_s = model_.breakdown(plan).total() * scale * ratio;
     ++executions;
   }
+  void on_request_finished(int64_t request_id) override { finished.push_back(request_id); }
   double decode_scale = 1, prefill_scale = 1;
   bool far = false;
+  std::vector<int64_t> finished;
   const PlacementRatios* ratios = nullptr;
   int executions = 0;
 
@@ -94,6 +97,16 @@ TEST_CASE("in-situ refresh: the profile's shapes within the run's limits, the de
   CHECK(s.prefill_tokens == std::vector<int64_t>{32});
   CHECK(s.cached == (100 - 1 - s.warm_up - s.timed) * 2 / 3);
   CHECK(3 * s.cached / 2 + s.warm_up + s.timed + 1 <= 100);
+
+  // A small KV cache: only the shapes whose blocks fit, in its block size.
+  s = in_situ_refresh_settings(bare, 256, 8192, 8192);
+  const int64_t blocks = calibration::DecodeSteps::blocks(4, s.cached, s.warm_up + s.timed, 32);
+  const InSituRefreshSettings fit = fit_to_kv_cache(s, blocks, 32);
+  CHECK(fit.block_size == 32);
+  CHECK(fit.decode_batches == std::vector<int64_t>{1, 2, 4});
+  CHECK(fit.prefill_tokens == std::vector<int64_t>{32, 128, 512});  // 16 blocks of 32 at most
+  CHECK(in_situ_refresh_blocks(fit) <= blocks);
+  CHECK(fit_to_kv_cache(s, 2, 32).prefill_tokens == std::vector<int64_t>{32});
 }
 
 TEST_CASE("in-situ refresh: times every shape each round and sets f and g from what it measured") {
@@ -102,9 +115,9 @@ TEST_CASE("in-situ refresh: times every shape each round and sets f and g from w
   KnownTimes executor(model);
   executor.decode_scale = 1.2;  // decode steps 20% slower than the profile says, prefills as it says
   const InSituRefreshSettings s = small_settings();
-  InSituRefresher refresher(s, executor, [] { return kNearNs; });
-  refresher.measure(true);
-  refresher.measure(false);
+  InSituRefresher refresher(s, [] { return kNearNs; });
+  refresher.measure(executor, true);
+  refresher.measure(executor, false);
 
   // Per round: 3 executions of each prefill (2 timed), warm-up + timed steps per batch size.
   CHECK(executor.executions == 2 * s.rounds * (3 * 2 + (s.warm_up + s.timed) * 2));
@@ -117,6 +130,9 @@ TEST_CASE("in-situ refresh: times every shape each round and sets f and g from w
     before += x.before ? 1 : 0;
   }
   CHECK(before == int(samples.size()) / 2);
+  // Every request it ran was finished: the served decoder keeps no state of them.
+  CHECK(std::count(executor.finished.begin(), executor.finished.end(), 1) == 2 * s.rounds * (3 * 2 + 2));
+  CHECK(std::count(executor.finished.begin(), executor.finished.end(), 4) == 2 * s.rounds);
 
   const InSituRefreshResult r = refresh_in_situ(p, s, samples);
   REQUIRE(r.profile.gemm_in_situ.x == p.gemm_in_situ.x);
@@ -166,9 +182,9 @@ TEST_CASE("in-situ refresh: timed in the other placement only, the factors descr
   executor.ratios = &ratios;
   executor.far = true;  // every iteration runs far, as the ratios say it does
   const InSituRefreshSettings s = small_settings();
-  InSituRefresher refresher(s, executor, [] { return kFarNs; });
-  refresher.measure(true);
-  refresher.measure(false);
+  InSituRefresher refresher(s, [] { return kFarNs; });
+  refresher.measure(executor, true);
+  refresher.measure(executor, false);
   for (const InSituSample& x : refresher.samples()) CHECK(x.placement == Placement::Far);
 
   const InSituRefreshResult r = refresh_in_situ(p, s, refresher.samples());
@@ -203,10 +219,10 @@ TEST_CASE("in-situ refresh: timed in both placements, the ratios are measured af
   executor.ratios = &truth;
   const InSituRefreshSettings s = small_settings();
   bool far = false;
-  InSituRefresher refresher(s, executor, [&] { return far ? kFarNs : kNearNs; });
-  refresher.measure(true);  // near before the run
+  InSituRefresher refresher(s, [&] { return far ? kFarNs : kNearNs; });
+  refresher.measure(executor, true);  // near before the run
   far = executor.far = true;
-  refresher.measure(false);  // far after it
+  refresher.measure(executor, false);  // far after it
 
   const InSituRefreshResult r = refresh_in_situ(p, s, refresher.samples());
   CHECK(r.tables_placement == Placement::Near);  // no ratios, no anchor probes: near
@@ -227,10 +243,10 @@ TEST_CASE("in-situ refresh: the drift is after over before, and the factors take
   const ProfileModel model(p, p.model);
   KnownTimes executor(model);
   const InSituRefreshSettings s = small_settings();
-  InSituRefresher refresher(s, executor, [] { return kNearNs; });
-  refresher.measure(true);
+  InSituRefresher refresher(s, [] { return kNearNs; });
+  refresher.measure(executor, true);
   executor.decode_scale = 1.1;  // decode steps slowed down during the run, prefills did not
-  refresher.measure(false);
+  refresher.measure(executor, false);
 
   const InSituRefreshResult r = refresh_in_situ(p, s, refresher.samples());
   CHECK(r.report["drift"]["decode"].get<double>() == Approx(1.1));
@@ -255,5 +271,5 @@ TEST_CASE("in-situ refresh: a shape without a sample is refused by name; bad set
   KnownTimes executor(model);
   InSituRefreshSettings bad = s;
   bad.timed = 0;
-  CHECK_THROWS_AS(InSituRefresher(bad, executor, {}), std::invalid_argument);
+  CHECK_THROWS_AS(InSituRefresher(bad, {}), std::invalid_argument);
 }

@@ -258,6 +258,60 @@ TEST_CASE("engine: with honor_eos a request stops at the model's end-of-sequence
   }
 }
 
+namespace {
+
+// Forwards to the decoder, counting the iterations.
+class CountingWrapper final : public Executor {
+ public:
+  explicit CountingWrapper(Executor& inner) : inner_(inner) {}
+  std::string name() const override { return inner_.name(); }
+  void execute(const IterationPlan& plan, IterationResult& result) override {
+    ++executed;
+    inner_.execute(plan, result);
+  }
+  void on_request_finished(int64_t id) override { inner_.on_request_finished(id); }
+  int64_t executed = 0;
+
+ private:
+  Executor& inner_;
+};
+
+}  // namespace
+
+TEST_CASE("engine: serve calls its hooks with the served decoder, before the first iteration and after the last",
+          "[engine]") {
+  EngineSetup setup;
+  setup.model = engine_spec();
+  setup.threads = 1;
+  setup.workload.arrival = ArrivalProcess::Poisson;
+  setup.workload.rate = 500;
+  setup.workload.num_requests = 4;
+  setup.workload.prompt_len = "uniform:4:20";
+  setup.workload.output_len = "uniform:2:6";
+  const Workload workload = make_workload(setup.workload);
+  CountingWrapper* wrapper = nullptr;
+  ExecutorWrapper wrap = [&](Executor& decoder) {
+    auto w = std::make_unique<CountingWrapper>(decoder);
+    wrapper = w.get();
+    return std::unique_ptr<Executor>(std::move(w));
+  };
+  std::vector<int64_t> executed_at;  // the wrapper's count when each hook ran
+  ServeHooks hooks;
+  hooks.before_run = [&](Executor& decoder) {
+    CHECK(dynamic_cast<DecoderExecutor*>(&decoder) != nullptr);  // the decoder, not the wrapper
+    executed_at.push_back(wrapper ? wrapper->executed : -1);
+  };
+  hooks.after_run = [&](Executor& decoder) {
+    CHECK(dynamic_cast<DecoderExecutor*>(&decoder) != nullptr);
+    executed_at.push_back(wrapper ? wrapper->executed : -1);
+  };
+  const EngineOutput out = serve(setup, workload, {}, {}, wrap, hooks);
+  REQUIRE(out.summary.completed == 4);
+  REQUIRE(executed_at.size() == 2);
+  CHECK(executed_at[0] == 0);
+  CHECK(executed_at[1] == out.records.num_iterations);
+}
+
 TEST_CASE("engine: serve completes every request with exactly its output tokens", "[engine]") {
   SECTION("a hand-built model, closed loop, a small KV cache") {
     EngineSetup setup;
