@@ -6,7 +6,7 @@ Usage: experiments/validation_cpu/runs_table.py STUDY_DIR [STUDY_DIR ...]
 Each STUDY_DIR holds a study's summary.csv and metadata.json (run.py's
 output, or a folder of experiments/results/cpu/reruns). Rows: every point
 (scheduler x load) for every run, labelled with the run's commit, --anchor,
---in-situ and --threads when given; then, per run, how many points meet iteration
+--in-situ, --threads and --loads when given; then, per run, how many points meet iteration
 MAPE <= 5%, how many TTFT/TPOT P50/P90 errors (replay and predict) are
 within 10%, and how many points meet both (all eight of their errors).
 """
@@ -34,7 +34,9 @@ def load(folder):
     threads = re.search(r"--threads[ =](\d+)", meta["command"])
     threads = f", {threads.group(1)} thread(s)" if threads else ""
     in_situ = ", in-situ refresh" if "--in-situ refresh" in meta["command"] else ""
-    return f"{meta['commit']}, {anchor}{placement}{in_situ}{reused}{threads}", rows
+    loads = re.search(r"--loads[ =](\S+)", meta["command"])
+    loads = f", loads {loads.group(1)}" if loads and not threads else ""
+    return f"{meta['commit']}, {anchor}{placement}{in_situ}{reused}{threads}{loads}", rows
 
 
 def score(row):
