@@ -47,9 +47,9 @@ int validate_command(int argc, const char* const* argv) {
       ("in-situ", po::value<std::string>()->default_value("profile"),
        "profile | refresh: the whole-model factors that tie the profile's kernel tables to real prefills "
        "and decode steps; profile uses them as calibrated, refresh times the same prefills and decode "
-       "steps again just before and just after the real run (a few seconds) and predicts with those: the "
-       "tables at the device's speed of the run's minutes (for a machine that drifts; cpu only, not with "
-       "--anchor apply or speculation)")
+       "steps again on the served decoder, just before its clock starts and just after the run (a few "
+       "seconds), and predicts with those: the tables at the device's speed of the run's minutes (for a "
+       "machine that drifts; cpu only, not with --anchor apply or speculation)")
       ("mode", po::value<std::string>()->default_value("predict"),
        "which prediction report.json describes: replay (the real run's iterations costed by the "
        "profile: the cost model's error alone) | predict (an independent simulation of the "
