@@ -1,6 +1,7 @@
 #include "calib/in_situ_refresh.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -9,6 +10,7 @@
 
 #include "calib/calibration_common.h"
 #include "calib/placement_ratios.h"
+#include "calib/profile_model.h"
 #include "sim/errors.h"
 
 namespace servesim {
@@ -89,6 +91,61 @@ void InSituRefresher::measure(Executor& executor, bool before) {
       for (size_t k = 0; k < seconds.size(); ++k) samples_.push_back({before, 0, b, int(k), seconds[k], placement});
     }
   }
+}
+
+bool InSituRefresher::probe_idle(Executor& executor, double now_s, double until_s) {
+  const double gap = until_s - now_s;
+  const bool first = idle_probes_.empty();
+  if (first ? gap < kFirstIdleProbeGapS : (gap < 2 * last_probe_length_s_ ||
+                                          now_s - idle_probes_.back().time_s < kIdleProbeIntervalS))
+    return false;
+  const auto start = std::chrono::steady_clock::now();
+  const double latency_before = core_latency_ns_ ? core_latency_ns_() : std::numeric_limits<double>::quiet_NaN();
+  const std::vector<double> seconds =
+      calibration::time_decode_steps(executor, 1, settings_.cached, settings_.block_size, kIdleProbeWarmUp,
+                                     kIdleProbeTimed);
+  const double latency_after = core_latency_ns_ ? core_latency_ns_() : std::numeric_limits<double>::quiet_NaN();
+  idle_probes_.push_back({now_s, calibration::median(seconds), placement_of(latency_before, latency_after)});
+  last_probe_length_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return true;
+}
+
+std::vector<std::pair<double, double>> idle_levels(const DeviceProfile& refreshed, const InSituRefreshSettings& s,
+                                                   const std::vector<IdleProbe>& probes) {
+  const ProfileModel model(refreshed, refreshed.model, "in-situ refresh");
+  DecodeSteps steps(1, s.cached, InSituRefresher::kIdleProbeWarmUp + InSituRefresher::kIdleProbeTimed, s.block_size);
+  for (int k = 0; k < InSituRefresher::kIdleProbeWarmUp; ++k) steps.advance();
+  std::vector<double> predicted;
+  for (int k = 0; k < InSituRefresher::kIdleProbeTimed; ++k, steps.advance())
+    predicted.push_back(model.breakdown(steps.plan()).total());
+  const double step_s = calibration::median(predicted);
+  std::vector<std::pair<double, double>> levels;
+  for (const IdleProbe& p : probes) {
+    const double ratio = refreshed.placement_ratios ? refreshed.placement_ratios->ratio(0, 1, 1, p.placement) : 1.0;
+    levels.emplace_back(p.time_s, p.seconds / (step_s * ratio));
+  }
+  std::sort(levels.begin(), levels.end());
+  std::vector<std::pair<double, double>> smoothed = levels;
+  for (size_t i = 0; i < levels.size(); ++i) {
+    std::vector<double> around;
+    for (size_t j = i > 0 ? i - 1 : 0; j <= i + 1 && j < levels.size(); ++j) around.push_back(levels[j].second);
+    smoothed[i].second = calibration::median(around);
+  }
+  std::vector<double> all;
+  for (const auto& l : smoothed) all.push_back(l.second);
+  const double typical = all.empty() ? 1.0 : calibration::median(all);
+  for (auto& l : smoothed) l.second /= typical;
+  return smoothed;
+}
+
+double level_at(const std::vector<std::pair<double, double>>& levels, double t) {
+  if (levels.empty()) return 1.0;
+  if (t <= levels.front().first) return levels.front().second;
+  if (t >= levels.back().first) return levels.back().second;
+  const auto hi = std::upper_bound(levels.begin(), levels.end(), std::make_pair(t, std::numeric_limits<double>::max()));
+  const auto lo = hi - 1;
+  const double w = (t - lo->first) / (hi->first - lo->first);
+  return lo->second + w * (hi->second - lo->second);
 }
 
 namespace {

@@ -35,6 +35,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -79,6 +80,14 @@ struct InSituSample {
   Placement placement = Placement::Unknown;  // the same before and after its shape, else Unknown
 };
 
+// A timing of the served decoder in an idle gap of the run (validate
+// --in-situ track): 1-sequence decode steps, their median.
+struct IdleProbe {
+  double time_s = 0;   // on the run's clock, when it started
+  double seconds = 0;  // median of the timed steps
+  Placement placement = Placement::Unknown;
+};
+
 // Times the refresh's iterations; `core_latency_ns` reads the threads'
 // placement (calib/placement.h; NaN: not measured).
 class InSituRefresher {
@@ -92,9 +101,22 @@ class InSituRefresher {
   const std::vector<InSituSample>& samples() const { return samples_; }
   const InSituRefreshSettings& settings() const { return settings_; }
 
+  // In an idle gap of the run from `now_s` to the next arrival at
+  // `until_s`: kIdleProbeWarmUp + kIdleProbeTimed 1-sequence decode steps
+  // (DecodeSteps around settings.cached) on `executor`, when the gap is
+  // at least twice the last probe's length (kFirstIdleProbeGapS before the
+  // first) and kIdleProbeIntervalS have passed since the last; nothing
+  // otherwise. Returns whether it probed.
+  bool probe_idle(Executor& executor, double now_s, double until_s);
+  const std::vector<IdleProbe>& idle_probes() const { return idle_probes_; }
+  static constexpr int kIdleProbeWarmUp = 2, kIdleProbeTimed = 6;
+  static constexpr double kFirstIdleProbeGapS = 0.2, kIdleProbeIntervalS = 0.25;
+
  private:
   InSituRefreshSettings settings_;
   std::function<double()> core_latency_ns_;
+  std::vector<IdleProbe> idle_probes_;
+  double last_probe_length_s_ = 0;
   std::vector<InSituSample> samples_;
 };
 
@@ -124,5 +146,19 @@ struct InSituRefreshResult {
 InSituRefreshResult refresh_in_situ(const DeviceProfile& profile, const InSituRefreshSettings& settings,
                                     const std::vector<InSituSample>& samples,
                                     const std::function<void(const std::string&)>& say = {});
+
+// The machine's level through the run from the idle probes, relative to
+// the refresh's: for each probe, its median over what `refreshed`
+// (refresh_in_situ's profile) predicts for those steps in the probe's
+// placement; then the median of it and its neighbours in time (a probe
+// of a few steps is noisy), divided by the median over all probes, so
+// the probes move the refresh's level through the run but do not set it
+// (steps timed after an idle gap ran about 5% faster than served ones on
+// the 2-core VM). At the probes' times, sorted; empty without probes.
+std::vector<std::pair<double, double>> idle_levels(const DeviceProfile& refreshed, const InSituRefreshSettings& settings,
+                                                   const std::vector<IdleProbe>& probes);
+// The level at time t: linear between the probes around it, the nearest
+// one's before the first and after the last, 1 without probes.
+double level_at(const std::vector<std::pair<double, double>>& levels, double t);
 
 }  // namespace servesim

@@ -149,6 +149,11 @@ void PlacementTimelineExecutor::execute(const IterationPlan& plan, IterationResu
   result.duration_s *= ratios_.ratio(plan, placement_at(clock_.now()));
 }
 
+void LevelTimelineExecutor::execute(const IterationPlan& plan, IterationResult& result) {
+  inner_.execute(plan, result);
+  result.duration_s *= level_at(levels_, clock_.now());
+}
+
 Placement PlacementTimelineExecutor::placement_at(double t) const {
   if (placements_.empty()) return Placement::Unknown;
   const auto after = std::upper_bound(starts_s_.begin(), starts_s_.end(), t);
@@ -443,9 +448,10 @@ ValidationResult run_validation(const EngineSetup& setup, const Workload& worklo
                                 const ValidationCallbacks& callbacks, const ValidationOptions& options) {
   // Refuse a profile of another model shape before serving anything.
   ProfileModel cost_model(profile, setup.model, profile_source);
-  if (options.in_situ == ValidationOptions::InSitu::Refresh && options.anchor == ValidationOptions::Anchor::Apply)
-    throw InputError("--in-situ refresh and --anchor apply both correct the predictions for the device's drift: "
-                     "use one of them");
+  if (options.in_situ != ValidationOptions::InSitu::Profile && options.anchor == ValidationOptions::Anchor::Apply)
+    throw InputError(fmt::format("--in-situ {} and --anchor apply both correct the predictions for the device's "
+                                 "drift: use one of them",
+                                 options.in_situ == ValidationOptions::InSitu::Track ? "track" : "refresh"));
   const SchedulerConfig config = engine_scheduler_config(setup);
   std::optional<ProfileModel> draft_model = draft_cost_model(setup, profile, profile_source, options.draft_profile);
   const int32_t k = config.num_speculative_tokens;
@@ -482,7 +488,8 @@ ValidationResult run_validation(const EngineSetup& setup, const Workload& worklo
   // decoder just before the clock starts and just after the run.
   std::optional<InSituRefresher> refresher;
   ServeHooks hooks;
-  if (options.in_situ == ValidationOptions::InSitu::Refresh) {
+  const bool tracking = options.in_situ == ValidationOptions::InSitu::Track;
+  if (options.in_situ != ValidationOptions::InSitu::Profile) {
     if (device.cuda)
       v.in_situ = {{"refreshed", false}, {"reason", "cuda (a GPU keeps its speed from one run to the next)"}};
     else if (k > 0)
@@ -508,6 +515,10 @@ ValidationResult run_validation(const EngineSetup& setup, const Workload& worklo
       if (callbacks.note) callbacks.note("in situ: timing whole-model prefills and decode steps after the run");
       refresher->measure(decoder, false);
     };
+    if (tracking)
+      hooks.on_idle = [&](Executor& decoder, double now_s, double until_s) {
+        refresher->probe_idle(decoder, now_s, until_s);
+      };
   }
   anchoring.before_run();
   v.measured = serve(setup, workload, callbacks.run_progress, callbacks.on_ready, wrap, hooks);
@@ -516,10 +527,22 @@ ValidationResult run_validation(const EngineSetup& setup, const Workload& worklo
   // factors describe `tables_placement` and whose ratios (fresh, the
   // profile's, or none) the other placement.
   std::optional<InSituRefreshResult> refreshed;
+  std::vector<std::pair<double, double>> levels;  // (time on the run's clock, level): --in-situ track
   if (refresher) {
     refreshed = refresh_in_situ(profile, refresher->settings(), refresher->samples(), callbacks.note);
     cost_model = ProfileModel(refreshed->profile, setup.model, profile_source);
     v.in_situ = refreshed->report;
+    if (tracking) {
+      levels = idle_levels(refreshed->profile, refresher->settings(), refresher->idle_probes());
+      nlohmann::json probes = nlohmann::json::array();
+      for (size_t i = 0; i < levels.size(); ++i)
+        probes.push_back({{"time_s", levels[i].first}, {"level", levels[i].second}});
+      v.in_situ["tracked"] = {{"meaning", "1-sequence decode steps timed on the served decoder in the run's idle "
+                                          "gaps, over the refreshed prediction (in their placement); every "
+                                          "iteration's cost is scaled by the level at its time"},
+                              {"probes", probes}};
+      if (callbacks.note) callbacks.note(fmt::format("in situ: {} timings in the run's idle gaps", levels.size()));
+    }
   }
   const DeviceProfile& costed_profile = refreshed ? refreshed->profile : profile;
   v.anchor = anchoring.apply();
@@ -574,6 +597,8 @@ ValidationResult run_validation(const EngineSetup& setup, const Workload& worklo
     v.predicted_iteration_s = cost_iterations(v.iterations, cost_model, v.measured.scheduler.block_size);
   }
   if (placement_applied) cost_in_placement(v.iterations, *costed_profile.placement_ratios, v.predicted_iteration_s);
+  for (size_t i = 0; i < v.predicted_iteration_s.size() && !levels.empty(); ++i)
+    v.predicted_iteration_s[i] *= level_at(levels, v.measured.records.iterations[i].start_s);
   std::vector<double> measured_s;
   std::vector<IterationKind> kinds;
   for (const RecordedIteration& it : v.iterations) {
@@ -609,7 +634,9 @@ ValidationResult run_validation(const EngineSetup& setup, const Workload& worklo
       in_placement.emplace(executor, clock, *costed_profile.placement_ratios, std::move(starts),
                            std::move(placements));
     }
-    Executor& costed = in_placement ? static_cast<Executor&>(*in_placement) : executor;
+    Executor& in_its_placement = in_placement ? static_cast<Executor&>(*in_placement) : executor;
+    LevelTimelineExecutor at_level(in_its_placement, clock, levels);
+    Executor& costed = levels.empty() ? in_its_placement : at_level;
     Runner runner(scheduler, speculative ? static_cast<Executor&>(*speculative) : costed, clock);
     v.predict = runner.run(workload);
     v.predict_summary = summarize_run(v.predict, setup.slo);

@@ -115,6 +115,23 @@ class PlacementTimelineExecutor final : public Executor {
   std::vector<Placement> placements_;
 };
 
+// Forwards to `inner` and multiplies its cost by the level at the
+// simulated time (calib/in_situ_refresh.h: level_at over `levels`, pairs
+// of a time on the real run's clock and a level).
+class LevelTimelineExecutor final : public Executor {
+ public:
+  LevelTimelineExecutor(Executor& inner, const Clock& clock, const std::vector<std::pair<double, double>>& levels)
+      : inner_(inner), clock_(clock), levels_(levels) {}
+  std::string name() const override { return inner_.name(); }
+  void execute(const IterationPlan& plan, IterationResult& result) override;
+  void on_request_finished(int64_t request_id) override { inner_.on_request_finished(request_id); }
+
+ private:
+  Executor& inner_;
+  const Clock& clock_;
+  const std::vector<std::pair<double, double>>& levels_;
+};
+
 // Rebuilds a recorded plan for a cost model. Block tables are zero-filled
 // spans of the right length (cost models read token counts, not block ids);
 // they point into `block_storage`, which must outlive the plan's use.
@@ -238,7 +255,13 @@ struct ValidationOptions {
   // those. Refresh and Anchor::Apply both correct for the device's drift:
   // run_validation refuses the two together. Not applied on cuda or to a
   // speculative run (the report says why).
-  enum class InSitu { Profile, Refresh } in_situ = InSitu::Profile;
+  // Track also times 1-sequence decode steps on the served decoder in the
+  // run's idle gaps (before an arrival that is known not to come before
+  // they end: no request waits for them) and scales every iteration's cost
+  // by the level they measured around its time (in_situ_refresh.h:
+  // idle_levels, level_at), in replay at the iteration's real start and in
+  // predict at the simulated time.
+  enum class InSitu { Profile, Refresh, Track } in_situ = InSitu::Profile;
   // The separate draft's profile of a speculative run (see run_validation).
   const DeviceProfile* draft_profile = nullptr;
 };

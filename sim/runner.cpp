@@ -58,6 +58,7 @@ RunRecords Runner::run(const Workload& workload) {
     }
     if (!scheduler_.has_unfinished()) {
       if (workload.closed_loop || next >= total) break;
+      if (on_idle_ && requests[size_t(next)].arrival_s > clock_.now()) on_idle_(requests[size_t(next)].arrival_s);
       clock_.wait_until(requests[size_t(next)].arrival_s);
       continue;
     }

@@ -31,6 +31,10 @@ class Runner {
   }
   // Keep a record of every iteration (iterations.csv). On by default.
   void keep_iterations(bool keep) { keep_iterations_ = keep; }
+  // Called when no request is in the engine and the next one (open loop)
+  // arrives at `until_s` on the clock, before waiting for it; what it
+  // does must end by then. Validation times the machine's speed there.
+  void on_idle(std::function<void(double until_s)> callback) { on_idle_ = std::move(callback); }
 
   // Serves every request of the workload and returns what happened.
   RunRecords run(const Workload& workload);
@@ -41,6 +45,7 @@ class Runner {
   Clock& clock_;
   std::function<void(const RunProgress&)> progress_;
   bool keep_iterations_ = true;
+  std::function<void(double)> on_idle_;
 };
 
 }  // namespace servesim

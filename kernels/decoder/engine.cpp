@@ -189,6 +189,7 @@ EngineOutput serve(const EngineSetup& setup, const Workload& workload,
   WallClock clock;
   Runner runner(scheduler, executor, clock);
   if (progress) runner.on_progress(std::move(progress));
+  if (hooks.on_idle) runner.on_idle([&](double until_s) { hooks.on_idle(*inner, clock.now(), until_s); });
   out.records = runner.run(workload);
   if (hooks.after_run) hooks.after_run(*inner);
   out.summary = summarize_run(out.records, setup.slo);

@@ -86,6 +86,9 @@ using ExecutorWrapper = std::function<std::unique_ptr<Executor>(Executor& decode
 // copy of its own would not time the served one.
 struct ServeHooks {
   std::function<void(Executor& decoder)> before_run, after_run;
+  // When the engine is idle until the next arrival at `until_s` on the
+  // run's clock (now: `now_s`), see Runner::on_idle.
+  std::function<void(Executor& decoder, double now_s, double until_s)> on_idle;
 };
 
 // Builds the decoder (and the draft when scheduler.num_speculative_tokens >

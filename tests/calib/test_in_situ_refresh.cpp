@@ -67,6 +67,9 @@ class KnownTimes final : public Executor {
   const ProfileModel& model_;
 };
 
+// A refresher's placement reader that never measures (Unknown).
+std::function<double()> executor_latency_free() { return {}; }
+
 // One-way core-to-core latencies: near and far (calib/placement.h).
 constexpr double kNearNs = 50, kFarNs = 200;
 
@@ -272,4 +275,34 @@ TEST_CASE("in-situ refresh: a shape without a sample is refused by name; bad set
   InSituRefreshSettings bad = s;
   bad.timed = 0;
   CHECK_THROWS_AS(InSituRefresher(bad, {}), std::invalid_argument);
+}
+
+TEST_CASE("in-situ tracking: probes only in gaps long enough, levels relative to the run's own, interpolated") {
+  const DeviceProfile p = profile_with_factors();
+  const ProfileModel model(p, p.model);
+  KnownTimes executor(model);
+  const InSituRefreshSettings s = small_settings();
+  InSituRefresher refresher(s, executor_latency_free());
+  const int steps = InSituRefresher::kIdleProbeWarmUp + InSituRefresher::kIdleProbeTimed;
+  CHECK_FALSE(refresher.probe_idle(executor, 0.0, InSituRefresher::kFirstIdleProbeGapS / 2));  // too short a gap
+  CHECK(executor.executions == 0);
+  CHECK(refresher.probe_idle(executor, 1.0, 2.0));
+  CHECK(executor.executions == steps);
+  CHECK_FALSE(refresher.probe_idle(executor, 1.0 + InSituRefresher::kIdleProbeIntervalS / 2, 3.0));  // too soon
+  executor.decode_scale = 1.2;  // the machine slows down
+  CHECK(refresher.probe_idle(executor, 2.0, 3.0));
+  CHECK(refresher.probe_idle(executor, 3.0, 4.0));
+  REQUIRE(refresher.idle_probes().size() == 3);
+  CHECK(refresher.idle_probes()[0].time_s == 1.0);
+
+  // Raw levels 1.0, 1.2, 1.2 -> neighbours' medians 1.1, 1.2, 1.2 -> over their median 1.2.
+  const auto levels = idle_levels(p, s, refresher.idle_probes());
+  REQUIRE(levels.size() == 3);
+  CHECK(levels[0].second == Approx(1.1 / 1.2));
+  CHECK(levels[1].second == Approx(1.0));
+  CHECK(levels[2].second == Approx(1.0));
+  CHECK(level_at(levels, 0.0) == Approx(1.1 / 1.2));  // before the first: the first's
+  CHECK(level_at(levels, 1.5) == Approx((1.1 / 1.2 + 1.0) / 2));
+  CHECK(level_at(levels, 9.0) == Approx(1.0));
+  CHECK(level_at({}, 5.0) == 1.0);
 }

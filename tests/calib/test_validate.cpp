@@ -498,6 +498,14 @@ TEST_CASE("validate: a tiny model end to end with a quick calibration") {
         std::string::npos);
   REQUIRE(r.predicted_iteration_s.size() == r.iterations.size());
   for (double x : r.predicted_iteration_s) CHECK(x > 0);
+  // Tracking: the same, and a list of the timings in the run's idle gaps
+  // (the tiny run's gaps may be too short for any).
+  ValidationOptions track;
+  track.in_situ = ValidationOptions::InSitu::Track;
+  const ValidationResult t = run_validation(setup, workload, profile, "quick calibration", {}, track);
+  REQUIRE(t.in_situ["refreshed"].get<bool>());
+  REQUIRE(t.in_situ["tracked"]["probes"].is_array());
+  for (const nlohmann::json& probe : t.in_situ["tracked"]["probes"]) CHECK(probe["level"].get<double>() > 0);
   // Refresh and re-anchoring both correct for drift: not both.
   refresh.anchor = ValidationOptions::Anchor::Apply;
   CHECK(test::input_error_of([&] { run_validation(setup, workload, profile, "p", {}, refresh); })

@@ -568,8 +568,10 @@ def in_situ_flag_errors(ctx):
                        ["--in-situ", "sometimes"])
     expect_input_error(ctx, ["validate", "--in-situ", "refresh", "--anchor", "apply", "--out", ctx.path("v")],
                        ["--in-situ refresh", "--anchor apply"])
+    expect_input_error(ctx, ["validate", "--in-situ", "track", "--anchor", "apply", "--out", ctx.path("v")],
+                       ["--in-situ track", "--anchor apply"])
     p = ctx.ok("validate", "--help")
-    check("--in-situ" in p.stdout, "validate --help lacks --in-situ")
+    check("--in-situ" in p.stdout and "track" in p.stdout, "validate --help lacks --in-situ track")
 
 
 def run_case_from_argv(cases, description):

@@ -82,6 +82,23 @@ TEST_CASE("The runner idles until each arrival and chains iterations back to bac
   CHECK(rec.requests[0].finish_s == Approx(1.25 + (a + 40 * b) + 4 * (a + b)).epsilon(1e-12));
 }
 
+TEST_CASE("The runner calls on_idle before each wait for an arrival, with its time", "[runner]") {
+  Workload w;
+  w.requests = {request(0, 1.25, 40, 5), request(1, 7.5, 30, 4)};
+  FixedCostExecutor ex(2e-3, 1e-5);
+  Scheduler scheduler(scheduler_config(SchedulerPolicy::Chunked, 64, 512, 16, 10000, 4096, 0.01));
+  VirtualClock clock;
+  Runner runner(scheduler, ex, clock);
+  std::vector<std::pair<double, double>> calls;  // (now, until)
+  runner.on_idle([&](double until_s) { calls.emplace_back(clock.now(), until_s); });
+  const RunRecords rec = runner.run(w);
+  REQUIRE(calls.size() == 2);  // before request 0, and between request 0's finish and request 1
+  CHECK(calls[0].first == 0.0);
+  CHECK(calls[0].second == 1.25);
+  CHECK(calls[1].first == Approx(rec.requests[0].finish_s));
+  CHECK(calls[1].second == 7.5);
+}
+
 TEST_CASE("Iteration records match the plans the executor ran", "[runner]") {
   const Workload w = poisson_workload(400, 40, "uniform:1:600", "uniform:1:80", 3);
   FixedCostExecutor ex(1e-3, 2e-5);
