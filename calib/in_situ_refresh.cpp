@@ -40,20 +40,27 @@ InSituRefreshSettings in_situ_refresh_settings(const DeviceProfile& profile, int
   return s;
 }
 
+namespace {
+
+// KV blocks of one prefill of t tokens, and of the decode steps of b sequences.
+int64_t prefill_blocks(const InSituRefreshSettings& s, int64_t t) { return ceil_div(t, s.block_size); }
+int64_t decode_blocks(const InSituRefreshSettings& s, int64_t b) {
+  return DecodeSteps::blocks(b, s.cached, s.warm_up + s.timed, s.block_size);
+}
+
+}  // namespace
+
 int64_t in_situ_refresh_blocks(const InSituRefreshSettings& s) {
-  int64_t blocks = 0;
-  for (int64_t t : s.prefill_tokens) blocks = std::max(blocks, ceil_div(t, s.block_size));
-  for (int64_t b : s.decode_batches)
-    blocks = std::max(blocks, DecodeSteps::blocks(b, s.cached, s.warm_up + s.timed, s.block_size));
-  return std::max<int64_t>(blocks, 1);
+  int64_t blocks = 1;
+  for (int64_t t : s.prefill_tokens) blocks = std::max(blocks, prefill_blocks(s, t));
+  for (int64_t b : s.decode_batches) blocks = std::max(blocks, decode_blocks(s, b));
+  return blocks;
 }
 
 InSituRefreshSettings fit_to_kv_cache(InSituRefreshSettings s, int64_t kv_blocks, int32_t block_size) {
   s.block_size = block_size;
-  std::erase_if(s.prefill_tokens, [&](int64_t t) { return ceil_div(t, block_size) > kv_blocks; });
-  std::erase_if(s.decode_batches, [&](int64_t b) {
-    return DecodeSteps::blocks(b, s.cached, s.warm_up + s.timed, block_size) > kv_blocks;
-  });
+  std::erase_if(s.prefill_tokens, [&](int64_t t) { return prefill_blocks(s, t) > kv_blocks; });
+  std::erase_if(s.decode_batches, [&](int64_t b) { return decode_blocks(s, b) > kv_blocks; });
   return s;
 }
 
@@ -63,15 +70,18 @@ InSituRefresher::InSituRefresher(InSituRefreshSettings settings, std::function<d
     throw std::invalid_argument("InSituRefresher: timed and rounds must be >= 1, warm_up >= 0");
 }
 
+double InSituRefresher::latency_ns() const {
+  return core_latency_ns_ ? core_latency_ns_() : std::numeric_limits<double>::quiet_NaN();
+}
+
 void InSituRefresher::measure(Executor& executor, bool before) {
   const InSituRefreshSettings& s = settings_;
-  auto latency = [&] { return core_latency_ns_ ? core_latency_ns_() : std::numeric_limits<double>::quiet_NaN(); };
   IterationResult result;
   for (int round = 0; round < s.rounds; ++round) {
     // Prefills: one untimed, then two timed (the full calibration's moment).
     for (int64_t t : s.prefill_tokens) {
       const OneSequencePlan prefill(1, t, 0, true, s.block_size);
-      const double latency_before = latency();
+      const double latency_before = latency_ns();
       std::vector<double> seconds;
       for (int i = 0; i < 3; ++i) {
         result.reset();
@@ -79,15 +89,15 @@ void InSituRefresher::measure(Executor& executor, bool before) {
         if (i > 0) seconds.push_back(result.duration_s);
         executor.on_request_finished(1);  // each prefill of request 1 a new one
       }
-      const Placement placement = placement_of(latency_before, latency());
+      const Placement placement = placement_of(latency_before, latency_ns());
       for (double sec : seconds) samples_.push_back({before, t, 1, 0, sec, placement});
     }
     // Decode steps: served-like, after the warm-up steps.
     for (int64_t b : s.decode_batches) {
-      const double latency_before = latency();
+      const double latency_before = latency_ns();
       const std::vector<double> seconds =
           calibration::time_decode_steps(executor, b, s.cached, s.block_size, s.warm_up, s.timed);
-      const Placement placement = placement_of(latency_before, latency());
+      const Placement placement = placement_of(latency_before, latency_ns());
       for (size_t k = 0; k < seconds.size(); ++k) samples_.push_back({before, 0, b, int(k), seconds[k], placement});
     }
   }
@@ -100,12 +110,11 @@ bool InSituRefresher::probe_idle(Executor& executor, double now_s, double until_
                                           now_s - idle_probes_.back().time_s < kIdleProbeIntervalS))
     return false;
   const auto start = std::chrono::steady_clock::now();
-  const double latency_before = core_latency_ns_ ? core_latency_ns_() : std::numeric_limits<double>::quiet_NaN();
+  const double latency_before = latency_ns();
   const std::vector<double> seconds =
       calibration::time_decode_steps(executor, 1, settings_.cached, settings_.block_size, kIdleProbeWarmUp,
                                      kIdleProbeTimed);
-  const double latency_after = core_latency_ns_ ? core_latency_ns_() : std::numeric_limits<double>::quiet_NaN();
-  idle_probes_.push_back({now_s, calibration::median(seconds), placement_of(latency_before, latency_after)});
+  idle_probes_.push_back({now_s, calibration::median(seconds), placement_of(latency_before, latency_ns())});
   last_probe_length_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return true;
 }
@@ -190,20 +199,6 @@ Pool pool(const InSituRefreshSettings& s, const std::vector<InSituSample>& sampl
   return out;
 }
 
-// The placement most of the calibration's anchor probes saw (Unknown when
-// it did not record one).
-Placement calibration_placement(const DeviceProfile& p) {
-  if (!p.metadata.is_object() || !p.metadata.contains("anchor_probes")) return Placement::Unknown;
-  const nlohmann::json& probes = p.metadata["anchor_probes"];
-  if (!probes.is_object() || !probes.contains("placement_counts")) return Placement::Unknown;
-  const nlohmann::json& c = probes["placement_counts"];
-  PlacementCounts counts;
-  counts.near = c.value("near", int64_t(0));
-  counts.far = c.value("far", int64_t(0));
-  counts.unknown = c.value("unknown", int64_t(0));
-  return counts.dominant();
-}
-
 // The profile's ratios, seen from `reference` (inverted when the profile's
 // reference is the other placement).
 std::optional<PlacementRatios> ratios_from(const DeviceProfile& p, Placement reference) {
@@ -260,9 +255,11 @@ InSituRefreshResult refresh_in_situ(const DeviceProfile& profile, const InSituRe
 
   // Which placement the refreshed factors describe, and the ratios to the
   // other (the file's header).
-  const Placement reference = profile.placement_ratios ? profile.placement_ratios->reference
-                              : calibration_placement(profile) != Placement::Unknown ? calibration_placement(profile)
-                                                                                      : Placement::Near;
+  const std::optional<PlacementCounts> calibration = profile.calibration_placement_counts();
+  const Placement calibrated_in = calibration ? calibration->dominant() : Placement::Unknown;
+  const Placement reference = profile.placement_ratios          ? profile.placement_ratios->reference
+                              : calibrated_in != Placement::Unknown ? calibrated_in
+                                                                    : Placement::Near;
   const Placement other = reference == Placement::Near ? Placement::Far : Placement::Near;
   auto in = [](Placement where) { return [where](const InSituSample& x) { return x.placement == where; }; };
   auto as_measured = [](const InSituSample&) { return 1.0; };

@@ -114,6 +114,7 @@ class InSituRefresher {
 
  private:
   InSituRefreshSettings settings_;
+  double latency_ns() const;  // core_latency_ns_, NaN without it
   std::function<double()> core_latency_ns_;
   std::vector<IdleProbe> idle_probes_;
   double last_probe_length_s_ = 0;

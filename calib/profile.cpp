@@ -222,4 +222,17 @@ void DeviceProfile::require_matches(const ModelSpec& m, const std::string& sourc
                                  model.name, m.name, diffs));
 }
 
+std::optional<PlacementCounts> DeviceProfile::calibration_placement_counts() const {
+  if (!metadata.is_object() || !metadata.contains("anchor_probes")) return std::nullopt;
+  const nlohmann::json& probes = metadata["anchor_probes"];
+  if (!probes.is_object() || !probes.contains("placement_counts") || !probes["placement_counts"].is_object())
+    return std::nullopt;
+  const nlohmann::json& c = probes["placement_counts"];
+  PlacementCounts counts;
+  counts.near = c.value("near", int64_t(0));
+  counts.far = c.value("far", int64_t(0));
+  counts.unknown = c.value("unknown", int64_t(0));
+  return counts;
+}
+
 }  // namespace servesim

@@ -101,6 +101,11 @@ struct DeviceProfile {
   // differing fields, naming the profile file.
   bool matches(const ModelSpec& m) const;
   void require_matches(const ModelSpec& m, const std::string& source) const;
+
+  // How many of the calibration's anchor probes saw each placement of the
+  // threads (metadata.anchor_probes.placement_counts); nullopt when the
+  // calibration did not record them.
+  std::optional<PlacementCounts> calibration_placement_counts() const;
 };
 
 }  // namespace servesim

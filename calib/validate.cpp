@@ -411,14 +411,8 @@ nlohmann::json placement_json(const std::vector<RecordedIteration>& iterations, 
                       {"calibration", nullptr},
                       {"calibration_placement", nullptr},
                       {"run_share_in_calibration_placement", nullptr}};
-  const nlohmann::json& probes = profile.metadata.contains("anchor_probes") ? profile.metadata["anchor_probes"]
-                                                                            : nlohmann::json();
-  if (probes.is_object() && probes.contains("placement_counts")) {
-    const nlohmann::json& c = probes["placement_counts"];
-    PlacementCounts calibration;
-    calibration.near = c.value("near", int64_t(0));
-    calibration.far = c.value("far", int64_t(0));
-    calibration.unknown = c.value("unknown", int64_t(0));
+  if (const std::optional<PlacementCounts> counts = profile.calibration_placement_counts()) {
+    const PlacementCounts& calibration = *counts;
     j["calibration"] = {{"near", calibration.near}, {"far", calibration.far}, {"unknown", calibration.unknown}};
     const Placement dominant = calibration.dominant();
     if (dominant != Placement::Unknown) {

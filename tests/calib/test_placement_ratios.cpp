@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "calib/placement_ratios.h"
+#include "calib/profile.h"
 #include "calib/validate.h"
 #include "sim/clock.h"
 #include "sim/errors.h"
@@ -79,6 +80,20 @@ TEST_CASE("placement ratios: inverted, the same ratios seen from the other place
   CHECK(i.ratio(0, 1, 1, Placement::Near) == 1.0);
   CHECK(i.ratio(512, 1, 512, Placement::Far) == Approx(1 / 0.8));
   CHECK(i.inverted().decode_ratio == r.decode_ratio);
+}
+
+TEST_CASE("a profile's calibration placement counts come from its anchor probes' metadata") {
+  DeviceProfile p;
+  CHECK_FALSE(p.calibration_placement_counts());
+  p.metadata["anchor_probes"] = {{"placement_counts", {{"near", 3}, {"far", 9}, {"unknown", 1}}}};
+  const auto counts = p.calibration_placement_counts();
+  REQUIRE(counts);
+  CHECK(counts->near == 3);
+  CHECK(counts->far == 9);
+  CHECK(counts->unknown == 1);
+  CHECK(counts->dominant() == Placement::Far);
+  p.metadata["anchor_probes"] = {{"placement_counts", nullptr}};
+  CHECK_FALSE(p.calibration_placement_counts());
 }
 
 TEST_CASE("placement ratios: round-trip through JSON, malformed ones refused by name") {
