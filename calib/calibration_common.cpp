@@ -150,14 +150,15 @@ int64_t DecodeSteps::blocks(int64_t sequences, int64_t cached, int64_t steps, in
   return total;
 }
 
-DecodeSteps::DecodeSteps(int64_t sequences, int64_t cached, int64_t steps, int32_t block_size)
+DecodeSteps::DecodeSteps(int64_t sequences, int64_t cached, int64_t steps, int32_t block_size, int32_t first_block,
+                         int64_t first_id)
     : tables_(size_t(sequences)) {
-  int32_t next_block = 0;
+  int32_t next_block = first_block;
   for (int64_t i = 0; i < sequences; ++i) {
     const int64_t c = cached_of(i, sequences, cached);
     for (int64_t b = 0; b < ceil_div(c + steps + 1, block_size); ++b) tables_[size_t(i)].push_back(next_block++);
     ScheduledSequence seq;
-    seq.request_id = i + 1;
+    seq.request_id = first_id + i;
     seq.num_query_tokens = 1;
     seq.num_cached_tokens = int32_t(c);
     seq.is_prefill = false;
@@ -209,8 +210,8 @@ void measure_in_situ(DeviceProfile& p, Executor& executor, const std::vector<int
 }
 
 std::vector<double> time_decode_steps(Executor& executor, int64_t sequences, int64_t cached, int32_t block_size,
-                                      int warm_up, int timed) {
-  DecodeSteps steps(sequences, cached, warm_up + timed, block_size);
+                                      int warm_up, int timed, int32_t first_block, int64_t first_id) {
+  DecodeSteps steps(sequences, cached, warm_up + timed, block_size, first_block, first_id);
   std::vector<double> seconds;
   IterationResult result;
   for (int i = 0; i < warm_up + timed; ++i) {
@@ -219,7 +220,7 @@ std::vector<double> time_decode_steps(Executor& executor, int64_t sequences, int
     if (i >= warm_up) seconds.push_back(result.duration_s);
     steps.advance();
   }
-  for (int64_t id = 1; id <= sequences; ++id) executor.on_request_finished(id);
+  for (int64_t id = first_id; id < first_id + sequences; ++id) executor.on_request_finished(id);
   return seconds;
 }
 

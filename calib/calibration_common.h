@@ -63,11 +63,14 @@ class OneSequencePlan {
 // over [c / 2, 3 c / 2] (c for one sequence), each decoding one token and
 // sampling it; advance() moves every sequence one token on, so successive
 // steps write new KV slots and attend over one more token, as served steps
-// do. Each sequence owns enough KV blocks (0, 1, ...) for `steps` steps.
+// do. Each sequence owns enough KV blocks (first_block, first_block + 1,
+// ...) for `steps` steps; request ids first_id, first_id + 1, ... (a probe
+// during a run keeps off the served requests' blocks and ids).
 // Not copyable: the plan points into the block tables.
 class DecodeSteps {
  public:
-  DecodeSteps(int64_t sequences, int64_t cached, int64_t steps, int32_t block_size);
+  DecodeSteps(int64_t sequences, int64_t cached, int64_t steps, int32_t block_size, int32_t first_block = 0,
+              int64_t first_id = 1);
   DecodeSteps(const DecodeSteps&) = delete;
   DecodeSteps& operator=(const DecodeSteps&) = delete;
   const IterationPlan& plan() const { return plan_; }
@@ -105,9 +108,10 @@ void measure_in_situ(DeviceProfile& p, Executor& executor, const std::vector<int
 // The seconds of `timed` successive DecodeSteps of `sequences` sequences
 // around `cached` tokens on `executor`, after `warm_up` untimed ones. The
 // executor must hold DecodeSteps::blocks(sequences, cached, warm_up +
-// timed) KV blocks; its request ids 1 .. sequences are finished after.
+// timed) KV blocks from `first_block` on; its request ids first_id ..
+// first_id + sequences - 1 are finished after.
 std::vector<double> time_decode_steps(Executor& executor, int64_t sequences, int64_t cached, int32_t block_size,
-                                      int warm_up, int timed);
+                                      int warm_up, int timed, int32_t first_block = 0, int64_t first_id = 1);
 // Fills p.decode_in_situ: for each of `batches`, the median over its
 // measured steps of measured / predicted (p's tables, gemm_in_situ and
 // iteration overhead). measured[i] holds batches[i]'s timed steps from

@@ -50,6 +50,11 @@ int64_t decode_blocks(const InSituRefreshSettings& s, int64_t b) {
 
 }  // namespace
 
+int64_t track_probe_blocks(const InSituRefreshSettings& s) {
+  return DecodeSteps::blocks(1, s.cached, InSituRefresher::kIdleProbeWarmUp + InSituRefresher::kIdleProbeTimed,
+                             s.block_size);
+}
+
 int64_t in_situ_refresh_blocks(const InSituRefreshSettings& s) {
   int64_t blocks = 1;
   for (int64_t t : s.prefill_tokens) blocks = std::max(blocks, prefill_blocks(s, t));
@@ -103,24 +108,35 @@ void InSituRefresher::measure(Executor& executor, bool before) {
   }
 }
 
+std::vector<double> InSituRefresher::time_probe_steps(Executor& executor) const {
+  return calibration::time_decode_steps(executor, 1, settings_.cached, settings_.block_size, kIdleProbeWarmUp,
+                                        kIdleProbeTimed, settings_.probe_first_block, kProbeRequestId);
+}
+
 bool InSituRefresher::probe_idle(Executor& executor, double now_s, double until_s) {
   const double gap = until_s - now_s;
-  const bool first = idle_probes_.empty();
+  const bool first = probes_.empty();
   if (first ? gap < kFirstIdleProbeGapS : (gap < 2 * last_probe_length_s_ ||
-                                          now_s - idle_probes_.back().time_s < kIdleProbeIntervalS))
+                                          now_s - probes_.back().time_s < kIdleProbeIntervalS))
     return false;
   const auto start = std::chrono::steady_clock::now();
   const double latency_before = latency_ns();
-  const std::vector<double> seconds =
-      calibration::time_decode_steps(executor, 1, settings_.cached, settings_.block_size, kIdleProbeWarmUp,
-                                     kIdleProbeTimed);
-  idle_probes_.push_back({now_s, calibration::median(seconds), placement_of(latency_before, latency_ns())});
+  const std::vector<double> seconds = time_probe_steps(executor);
+  probes_.push_back({now_s, calibration::median(seconds), placement_of(latency_before, latency_ns()), false});
   last_probe_length_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return true;
 }
 
-std::vector<std::pair<double, double>> idle_levels(const DeviceProfile& refreshed, const InSituRefreshSettings& s,
-                                                   const std::vector<IdleProbe>& probes) {
+bool InSituRefresher::probe_between(Executor& executor, double now_s) {
+  if (!probes_.empty() && now_s - probes_.back().time_s < kBetweenProbeIntervalS) return false;
+  const double latency_before = latency_ns();
+  const std::vector<double> seconds = time_probe_steps(executor);
+  probes_.push_back({now_s, calibration::median(seconds), placement_of(latency_before, latency_ns()), true});
+  return true;
+}
+
+std::vector<TrackLevel> track_levels(const DeviceProfile& refreshed, const InSituRefreshSettings& s,
+                                     const std::vector<TrackProbe>& probes, TrackLevelBasis basis) {
   const ProfileModel model(refreshed, refreshed.model, "in-situ refresh");
   DecodeSteps steps(1, s.cached, InSituRefresher::kIdleProbeWarmUp + InSituRefresher::kIdleProbeTimed, s.block_size);
   for (int k = 0; k < InSituRefresher::kIdleProbeWarmUp; ++k) steps.advance();
@@ -128,33 +144,37 @@ std::vector<std::pair<double, double>> idle_levels(const DeviceProfile& refreshe
   for (int k = 0; k < InSituRefresher::kIdleProbeTimed; ++k, steps.advance())
     predicted.push_back(model.breakdown(steps.plan()).total());
   const double step_s = calibration::median(predicted);
-  std::vector<std::pair<double, double>> levels;
-  for (const IdleProbe& p : probes) {
+  std::vector<TrackLevel> levels;
+  for (const TrackProbe& p : probes) {
     const double ratio = refreshed.placement_ratios ? refreshed.placement_ratios->ratio(0, 1, 1, p.placement) : 1.0;
-    levels.emplace_back(p.time_s, p.seconds / (step_s * ratio));
+    TrackLevel l;
+    l.probe = p;
+    l.measured_over_predicted = p.seconds / (step_s * ratio);
+    levels.push_back(l);
   }
-  std::sort(levels.begin(), levels.end());
-  std::vector<std::pair<double, double>> smoothed = levels;
+  std::sort(levels.begin(), levels.end(), [](const TrackLevel& a, const TrackLevel& b) { return a.probe.time_s < b.probe.time_s; });
   for (size_t i = 0; i < levels.size(); ++i) {
     std::vector<double> around;
-    for (size_t j = i > 0 ? i - 1 : 0; j <= i + 1 && j < levels.size(); ++j) around.push_back(levels[j].second);
-    smoothed[i].second = calibration::median(around);
+    for (size_t j = i > 0 ? i - 1 : 0; j <= i + 1 && j < levels.size(); ++j)
+      around.push_back(levels[j].measured_over_predicted);
+    levels[i].smoothed = calibration::median(around);
   }
   std::vector<double> all;
-  for (const auto& l : smoothed) all.push_back(l.second);
-  const double typical = all.empty() ? 1.0 : calibration::median(all);
-  for (auto& l : smoothed) l.second /= typical;
-  return smoothed;
+  for (const TrackLevel& l : levels) all.push_back(l.smoothed);
+  const double typical = basis == TrackLevelBasis::RunMedian && !all.empty() ? calibration::median(all) : 1.0;
+  for (TrackLevel& l : levels) l.level = l.smoothed / typical;
+  return levels;
 }
 
-double level_at(const std::vector<std::pair<double, double>>& levels, double t) {
+double level_at(const std::vector<TrackLevel>& levels, double t) {
   if (levels.empty()) return 1.0;
-  if (t <= levels.front().first) return levels.front().second;
-  if (t >= levels.back().first) return levels.back().second;
-  const auto hi = std::upper_bound(levels.begin(), levels.end(), std::make_pair(t, std::numeric_limits<double>::max()));
+  if (t <= levels.front().probe.time_s) return levels.front().level;
+  if (t >= levels.back().probe.time_s) return levels.back().level;
+  const auto hi = std::upper_bound(levels.begin(), levels.end(), t,
+                                   [](double time, const TrackLevel& l) { return time < l.probe.time_s; });
   const auto lo = hi - 1;
-  const double w = (t - lo->first) / (hi->first - lo->first);
-  return lo->second + w * (hi->second - lo->second);
+  const double w = (t - lo->probe.time_s) / (hi->probe.time_s - lo->probe.time_s);
+  return lo->level + w * (hi->level - lo->level);
 }
 
 namespace {

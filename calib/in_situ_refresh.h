@@ -54,6 +54,10 @@ struct InSituRefreshSettings {
   int timed = 4;                        // timed decode steps per batch size and round
   int rounds = 2;                       // rounds of every shape before, and again after, the run
   int32_t block_size = 16;
+  // The tracking probes' first KV block (their blocks follow it): past the
+  // scheduler's blocks (ServeHooks::probe_kv_blocks) to probe between
+  // served iterations, when requests hold blocks.
+  int32_t probe_first_block = 0;
 };
 
 // The settings for `profile` and a run of at most `max_num_seqs` sequences,
@@ -66,6 +70,8 @@ InSituRefreshSettings in_situ_refresh_settings(const DeviceProfile& profile, int
 
 // KV blocks a decoder needs for the settings' plans.
 int64_t in_situ_refresh_blocks(const InSituRefreshSettings& settings);
+// KV blocks one tracking probe needs (from settings.probe_first_block on).
+int64_t track_probe_blocks(const InSituRefreshSettings& settings);
 // The settings without the prefills and decode batches that need more than
 // `kv_blocks` KV blocks of `block_size` tokens, in blocks of that size.
 InSituRefreshSettings fit_to_kv_cache(InSituRefreshSettings settings, int64_t kv_blocks, int32_t block_size);
@@ -80,12 +86,13 @@ struct InSituSample {
   Placement placement = Placement::Unknown;  // the same before and after its shape, else Unknown
 };
 
-// A timing of the served decoder in an idle gap of the run (validate
-// --in-situ track): 1-sequence decode steps, their median.
-struct IdleProbe {
+// A timing of the served decoder during the run (validate --in-situ track
+// and interleave): 1-sequence decode steps, their median.
+struct TrackProbe {
   double time_s = 0;   // on the run's clock, when it started
   double seconds = 0;  // median of the timed steps
   Placement placement = Placement::Unknown;
+  bool between_iterations = false;  // with the clock stopped between served iterations, else in an idle gap
 };
 
 // Times the refresh's iterations; `core_latency_ns` reads the threads'
@@ -108,15 +115,24 @@ class InSituRefresher {
   // first) and kIdleProbeIntervalS have passed since the last; nothing
   // otherwise. Returns whether it probed.
   bool probe_idle(Executor& executor, double now_s, double until_s);
-  const std::vector<IdleProbe>& idle_probes() const { return idle_probes_; }
+  // Between served iterations at `now_s` (the run's clock stopped,
+  // ServeHooks::between_iterations): the same steps, on the KV blocks from
+  // settings.probe_first_block and request id kProbeRequestId, when
+  // kBetweenProbeIntervalS have passed since the last probe of either
+  // kind. Returns whether it probed.
+  bool probe_between(Executor& executor, double now_s);
+  const std::vector<TrackProbe>& probes() const { return probes_; }
   static constexpr int kIdleProbeWarmUp = 2, kIdleProbeTimed = 6;
-  static constexpr double kFirstIdleProbeGapS = 0.2, kIdleProbeIntervalS = 0.25;
+  static constexpr double kFirstIdleProbeGapS = 0.2, kIdleProbeIntervalS = 0.25, kBetweenProbeIntervalS = 0.5;
+  // Far above any workload's request ids.
+  static constexpr int64_t kProbeRequestId = int64_t(1) << 40;
 
  private:
   InSituRefreshSettings settings_;
   double latency_ns() const;  // core_latency_ns_, NaN without it
+  std::vector<double> time_probe_steps(Executor& executor) const;
   std::function<double()> core_latency_ns_;
-  std::vector<IdleProbe> idle_probes_;
+  std::vector<TrackProbe> probes_;
   double last_probe_length_s_ = 0;
   std::vector<InSituSample> samples_;
 };
@@ -148,18 +164,28 @@ InSituRefreshResult refresh_in_situ(const DeviceProfile& profile, const InSituRe
                                     const std::vector<InSituSample>& samples,
                                     const std::function<void(const std::string&)>& say = {});
 
-// The machine's level through the run from the idle probes, relative to
-// the refresh's: for each probe, its median over what `refreshed`
-// (refresh_in_situ's profile) predicts for those steps in the probe's
-// placement; then the median of it and its neighbours in time (a probe
-// of a few steps is noisy), divided by the median over all probes, so
-// the probes move the refresh's level through the run but do not set it
-// (steps timed after an idle gap ran about 5% faster than served ones on
-// the 2-core VM). At the probes' times, sorted; empty without probes.
-std::vector<std::pair<double, double>> idle_levels(const DeviceProfile& refreshed, const InSituRefreshSettings& settings,
-                                                   const std::vector<IdleProbe>& probes);
+// The machine's level through the run from the tracking probes. For each
+// probe, its median over what `refreshed` (refresh_in_situ's profile)
+// predicts for those steps in the probe's placement (`measured_over_
+// predicted`); then the median of it and its neighbours in time (a probe
+// of a few steps is noisy, `smoothed`); then `level`, by `basis`:
+//   RunMedian: divided by the median over all probes, so the probes move
+//     the refresh's level through the run but do not set it (steps timed
+//     after an idle gap ran about 5% faster than served ones on the 2-core
+//     VM: --in-situ track, whose probes all follow a wait);
+//   Refresh: as it is, so the probes set the level (--in-situ interleave,
+//     whose probes mostly run between served iterations, as served steps
+//     do).
+// Sorted by time; empty without probes.
+struct TrackLevel {
+  TrackProbe probe;
+  double measured_over_predicted = 1, smoothed = 1, level = 1;
+};
+enum class TrackLevelBasis { RunMedian, Refresh };
+std::vector<TrackLevel> track_levels(const DeviceProfile& refreshed, const InSituRefreshSettings& settings,
+                                     const std::vector<TrackProbe>& probes, TrackLevelBasis basis);
 // The level at time t: linear between the probes around it, the nearest
 // one's before the first and after the last, 1 without probes.
-double level_at(const std::vector<std::pair<double, double>>& levels, double t);
+double level_at(const std::vector<TrackLevel>& levels, double t);
 
 }  // namespace servesim

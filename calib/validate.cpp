@@ -435,6 +435,39 @@ nlohmann::json placement_json(const std::vector<RecordedIteration>& iterations, 
   return j;
 }
 
+const char* in_situ_name(ValidationOptions::InSitu in_situ) {
+  switch (in_situ) {
+    case ValidationOptions::InSitu::Profile: return "profile";
+    case ValidationOptions::InSitu::Refresh: return "refresh";
+    case ValidationOptions::InSitu::Track: return "track";
+    case ValidationOptions::InSitu::Interleave: return "interleave";
+  }
+  return "?";
+}
+
+// report.json's in_situ.tracked: every probe with its level.
+nlohmann::json tracked_json(const std::vector<TrackLevel>& levels, bool in_idle_gaps) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const TrackLevel& l : levels)
+    list.push_back({{"time_s", l.probe.time_s},
+                    {"seconds", l.probe.seconds},
+                    {"placement", to_string(l.probe.placement)},
+                    {"between_iterations", l.probe.between_iterations},
+                    {"measured_over_predicted", l.measured_over_predicted},
+                    {"smoothed", l.smoothed},
+                    {"level", l.level}});
+  return {{"meaning",
+           in_idle_gaps
+               ? "1-sequence decode steps timed on the served decoder in the run's idle gaps, over the refreshed "
+                 "prediction (in their placement), smoothed with their neighbours and taken relative to their "
+                 "median (level); every iteration's cost is scaled by the level at its time"
+               : "1-sequence decode steps timed on the served decoder between served iterations with the run's "
+                 "clock stopped, over the refreshed prediction (in their placement), smoothed with their "
+                 "neighbours (level); every iteration's cost is scaled by the level at its time"},
+          {"basis", in_idle_gaps ? "run median" : "refresh"},
+          {"probes", list}};
+}
+
 }  // namespace
 
 ValidationResult run_validation(const EngineSetup& setup, const Workload& workload,
@@ -445,7 +478,7 @@ ValidationResult run_validation(const EngineSetup& setup, const Workload& worklo
   if (options.in_situ != ValidationOptions::InSitu::Profile && options.anchor == ValidationOptions::Anchor::Apply)
     throw InputError(fmt::format("--in-situ {} and --anchor apply both correct the predictions for the device's "
                                  "drift: use one of them",
-                                 options.in_situ == ValidationOptions::InSitu::Track ? "track" : "refresh"));
+                                 in_situ_name(options.in_situ)));
   const SchedulerConfig config = engine_scheduler_config(setup);
   std::optional<ProfileModel> draft_model = draft_cost_model(setup, profile, profile_source, options.draft_profile);
   const int32_t k = config.num_speculative_tokens;
@@ -482,7 +515,15 @@ ValidationResult run_validation(const EngineSetup& setup, const Workload& worklo
   // decoder just before the clock starts and just after the run.
   std::optional<InSituRefresher> refresher;
   ServeHooks hooks;
-  const bool tracking = options.in_situ == ValidationOptions::InSitu::Track;
+  const bool tracking = options.in_situ == ValidationOptions::InSitu::Track,
+             interleaving = options.in_situ == ValidationOptions::InSitu::Interleave;
+  // The refresh's shapes within the served KV cache (its block size, and
+  // the scheduler's blocks; the probes' own follow them).
+  InSituRefreshSettings settings =
+      in_situ_refresh_settings(profile, config.max_num_seqs, config.max_num_batched_tokens, config.max_model_len);
+  settings.block_size = config.block_size;
+  settings.probe_first_block = int32_t(config.num_gpu_blocks);
+  if (tracking || interleaving) hooks.probe_kv_blocks = track_probe_blocks(settings);
   if (options.in_situ != ValidationOptions::InSitu::Profile) {
     if (device.cuda)
       v.in_situ = {{"refreshed", false}, {"reason", "cuda (a GPU keeps its speed from one run to the next)"}};
@@ -498,10 +539,8 @@ ValidationResult run_validation(const EngineSetup& setup, const Workload& worklo
     hooks.before_run = [&, threads](Executor& decoder) {
       auto* served = dynamic_cast<DecoderExecutor*>(&decoder);
       if (!served) throw std::logic_error("--in-situ refresh: the served executor is not a DecoderExecutor");
-      const InSituRefreshSettings settings = fit_to_kv_cache(
-          in_situ_refresh_settings(profile, config.max_num_seqs, config.max_num_batched_tokens, config.max_model_len),
-          served->model().kv_num_blocks(), served->model().kv_block_size());
-      refresher.emplace(settings, [threads] { return core_to_core_latency_ns(threads); });
+      refresher.emplace(fit_to_kv_cache(settings, config.num_gpu_blocks, served->model().kv_block_size()),
+                        [threads] { return core_to_core_latency_ns(threads); });
       if (callbacks.note) callbacks.note("in situ: timing whole-model prefills and decode steps before the run");
       refresher->measure(decoder, true);
     };
@@ -513,6 +552,10 @@ ValidationResult run_validation(const EngineSetup& setup, const Workload& worklo
       hooks.on_idle = [&](Executor& decoder, double now_s, double until_s) {
         refresher->probe_idle(decoder, now_s, until_s);
       };
+    if (interleaving)
+      hooks.between_iterations = [&](Executor& decoder, double now_s) {
+        return refresher->probe_between(decoder, now_s);
+      };
   }
   anchoring.before_run();
   v.measured = serve(setup, workload, callbacks.run_progress, callbacks.on_ready, wrap, hooks);
@@ -521,21 +564,20 @@ ValidationResult run_validation(const EngineSetup& setup, const Workload& worklo
   // factors describe `tables_placement` and whose ratios (fresh, the
   // profile's, or none) the other placement.
   std::optional<InSituRefreshResult> refreshed;
-  std::vector<std::pair<double, double>> levels;  // (time on the run's clock, level): --in-situ track
+  std::vector<TrackLevel> levels;  // --in-situ track and interleave
   if (refresher) {
     refreshed = refresh_in_situ(profile, refresher->settings(), refresher->samples(), callbacks.note);
     cost_model = ProfileModel(refreshed->profile, setup.model, profile_source);
     v.in_situ = refreshed->report;
-    if (tracking) {
-      levels = idle_levels(refreshed->profile, refresher->settings(), refresher->idle_probes());
-      nlohmann::json probes = nlohmann::json::array();
-      for (size_t i = 0; i < levels.size(); ++i)
-        probes.push_back({{"time_s", levels[i].first}, {"level", levels[i].second}});
-      v.in_situ["tracked"] = {{"meaning", "1-sequence decode steps timed on the served decoder in the run's idle "
-                                          "gaps, over the refreshed prediction (in their placement); every "
-                                          "iteration's cost is scaled by the level at its time"},
-                              {"probes", probes}};
-      if (callbacks.note) callbacks.note(fmt::format("in situ: {} timings in the run's idle gaps", levels.size()));
+    if (tracking || interleaving) {
+      levels = track_levels(refreshed->profile, refresher->settings(), refresher->probes(),
+                            tracking ? TrackLevelBasis::RunMedian : TrackLevelBasis::Refresh);
+      v.in_situ["tracked"] = tracked_json(levels, tracking);
+      if (callbacks.note)
+        callbacks.note(fmt::format("in situ: {} timings {}", levels.size(),
+                                   tracking ? "in the run's idle gaps"
+                                            : fmt::format("between served iterations ({:.1f} s, the clock stopped)",
+                                                          v.measured.clock_stopped_s)));
     }
   }
   const DeviceProfile& costed_profile = refreshed ? refreshed->profile : profile;

@@ -26,6 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include "calib/calibrate.h"
+#include "calib/in_situ_refresh.h"
 #include "calib/placement_ratios.h"
 #include "calib/profile.h"
 #include "kernels/decoder/engine.h"
@@ -116,11 +117,11 @@ class PlacementTimelineExecutor final : public Executor {
 };
 
 // Forwards to `inner` and multiplies its cost by the level at the
-// simulated time (calib/in_situ_refresh.h: level_at over `levels`, pairs
-// of a time on the real run's clock and a level).
+// simulated time (calib/in_situ_refresh.h: level_at over `levels`, at
+// times on the real run's clock).
 class LevelTimelineExecutor final : public Executor {
  public:
-  LevelTimelineExecutor(Executor& inner, const Clock& clock, const std::vector<std::pair<double, double>>& levels)
+  LevelTimelineExecutor(Executor& inner, const Clock& clock, const std::vector<TrackLevel>& levels)
       : inner_(inner), clock_(clock), levels_(levels) {}
   std::string name() const override { return inner_.name(); }
   void execute(const IterationPlan& plan, IterationResult& result) override;
@@ -129,7 +130,7 @@ class LevelTimelineExecutor final : public Executor {
  private:
   Executor& inner_;
   const Clock& clock_;
-  const std::vector<std::pair<double, double>>& levels_;
+  const std::vector<TrackLevel>& levels_;
 };
 
 // Rebuilds a recorded plan for a cost model. Block tables are zero-filled
@@ -259,9 +260,17 @@ struct ValidationOptions {
   // run's idle gaps (before an arrival that is known not to come before
   // they end: no request waits for them) and scales every iteration's cost
   // by the level they measured around its time (in_situ_refresh.h:
-  // idle_levels, level_at), in replay at the iteration's real start and in
-  // predict at the simulated time.
-  enum class InSitu { Profile, Refresh, Track } in_situ = InSitu::Profile;
+  // track_levels relative to their median over the run, level_at), in
+  // replay at the iteration's real start and in predict at the simulated
+  // time.
+  // Interleave times the same steps between served iterations instead, every
+  // InSituRefresher::kBetweenProbeIntervalS of the run's clock, with the
+  // clock stopped while they run (ServeHooks::between_iterations: no
+  // request's latency and no iteration includes them) on KV blocks of
+  // their own, so the busy stretches of a loaded run are followed too and
+  // every probe runs where served steps run (none after an idle wait); its
+  // levels are the probes' own (TrackLevelBasis::Refresh).
+  enum class InSitu { Profile, Refresh, Track, Interleave } in_situ = InSitu::Profile;
   // The separate draft's profile of a speculative run (see run_validation).
   const DeviceProfile* draft_profile = nullptr;
 };

@@ -45,13 +45,15 @@ int validate_command(int argc, const char* const* argv) {
        "iteration of the real run (cpu); apply also costs each iteration in its placement, by the profile's "
        "placement ratios (from a full calibration that saw both placements)")
       ("in-situ", po::value<std::string>()->default_value("profile"),
-       "profile | refresh | track: the whole-model factors that tie the profile's kernel tables to real prefills "
+       "profile | refresh | track | interleave: the whole-model factors that tie the profile's kernel tables to real prefills "
        "and decode steps; profile uses them as calibrated, refresh times the same prefills and decode "
        "steps again on the served decoder, just before its clock starts and just after the run (a few "
        "seconds), and predicts with those: the tables at the device's speed of the run's minutes (for a "
        "machine that drifts; cpu only, not with --anchor apply or speculation); track also times 1-sequence "
        "decode steps in the run's idle gaps (ending before the next arrival) and scales each iteration's "
-       "cost by the level they measured around its time")
+       "cost by the level they measured around its time, relative to their median; interleave times them "
+       "between served iterations instead, every 0.5 s of the run's clock, with the clock stopped while they "
+       "run (no latency includes them), and takes their level as measured")
       ("mode", po::value<std::string>()->default_value("predict"),
        "which prediction report.json describes: replay (the real run's iterations costed by the "
        "profile: the cost model's error alone) | predict (an independent simulation of the "
@@ -83,8 +85,8 @@ int validate_command(int argc, const char* const* argv) {
   if (placement != "report" && placement != "apply")
     throw InputError(fmt::format("--placement: '{}' is not one of report, apply", placement));
   const std::string in_situ = vm["in-situ"].as<std::string>();
-  if (in_situ != "profile" && in_situ != "refresh" && in_situ != "track")
-    throw InputError(fmt::format("--in-situ: '{}' is not one of profile, refresh, track", in_situ));
+  if (in_situ != "profile" && in_situ != "refresh" && in_situ != "track" && in_situ != "interleave")
+    throw InputError(fmt::format("--in-situ: '{}' is not one of profile, refresh, track, interleave", in_situ));
   if (in_situ != "profile" && anchor == "apply")
     throw InputError(fmt::format("--in-situ {} and --anchor apply both correct the predictions for the device's "
                                  "drift: use one of them", in_situ));
@@ -159,6 +161,7 @@ int validate_command(int argc, const char* const* argv) {
                                            : ValidationOptions::PlacementCosting::Report;
   options.in_situ = in_situ == "refresh" ? ValidationOptions::InSitu::Refresh
                     : in_situ == "track" ? ValidationOptions::InSitu::Track
+                    : in_situ == "interleave" ? ValidationOptions::InSitu::Interleave
                                          : ValidationOptions::InSitu::Profile;
   ValidationResult result = run_validation(setup, workload, profile, profile_source, callbacks, options);
   if (!quiet && stderr_is_terminal()) std::fprintf(stderr, "\n");

@@ -41,6 +41,18 @@ class WallClock final : public Clock {
     const double wait = time_s - now();
     if (wait > 0) std::this_thread::sleep_for(std::chrono::duration<double>(wait));
   }
+  // Runs `work` with the clock stopped: the time it takes does not count,
+  // so the run around it reads as if it had taken no time (validation
+  // times the machine between served iterations this way). Returns the
+  // seconds it took.
+  template <typename Work>
+  double stopped_while(Work&& work) {
+    const auto begin = std::chrono::steady_clock::now();
+    work();
+    const auto took = std::chrono::steady_clock::now() - begin;
+    start_ += took;
+    return std::chrono::duration<double>(took).count();
+  }
 
  private:
   std::chrono::steady_clock::time_point start_;

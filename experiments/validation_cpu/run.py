@@ -101,12 +101,13 @@ def main():
     ap.add_argument("--placement", choices=["report", "apply"], default="report",
                     help="validate's --placement: apply costs each iteration in the threads' placement it ran in, "
                          "by the profile's placement ratios (calib/placement_ratios.h)")
-    ap.add_argument("--in-situ", choices=["profile", "refresh", "track"], default="profile",
+    ap.add_argument("--in-situ", choices=["profile", "refresh", "track", "interleave"], default="profile",
                     help="validate's --in-situ: refresh times the profile's whole-model prefills and decode steps "
                          "again just before and just after each real run and predicts with them "
                          "(calib/in_situ_refresh.h); the gate then reruns a point whose timings after its run "
                          "differ from those before it by more than --max-drift; track also times the served "
-                         "decoder in the run's idle gaps and scales each iteration by the level around its time")
+                         "decoder in the run's idle gaps and scales each iteration by the level around its time; "
+                         "interleave times it between served iterations instead, with the run's clock stopped")
     ap.add_argument("--profile", help="use this profile instead of calibrating one")
     ap.add_argument("--max-drift", type=float, default=0.0,
                     help="rerun a point whose anchor probes (a whole-model decode step and an n^3 GEMM, just "

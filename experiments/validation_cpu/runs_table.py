@@ -33,7 +33,7 @@ def load(folder):
     reused = ", reused profile" if "--profile" in meta["command"] else ""
     threads = re.search(r"--threads[ =](\d+)", meta["command"])
     threads = f", {threads.group(1)} thread(s)" if threads else ""
-    in_situ = re.search(r"--in-situ[ =](refresh|track)", meta["command"])
+    in_situ = re.search(r"--in-situ[ =](refresh|track|interleave)", meta["command"])
     in_situ = f", in-situ {in_situ.group(1)}" if in_situ else ""
     loads = re.search(r"--loads[ =](\S+)", meta["command"])
     loads = f", loads {loads.group(1)}" if loads and not threads else ""

@@ -2,6 +2,9 @@
 
 #include <chrono>
 #include <span>
+#include <stdexcept>
+
+#include <fmt/format.h>
 
 #include "kernels/decoder/prompt_tokens.h"
 
@@ -25,6 +28,11 @@ void DecoderExecutor::execute(const IterationPlan& plan, IterationResult& result
   const auto start = std::chrono::steady_clock::now();
   layout_.clear();
   for (const ScheduledSequence& item : plan.sequences) {
+    // A block past the cache would write another's memory: refuse it.
+    for (int32_t block : item.block_table)
+      if (block < 0 || block >= model_->kv_num_blocks())
+        throw std::logic_error(fmt::format("DecoderExecutor: request {} names KV block {}, the cache holds {}",
+                                           item.request_id, block, model_->kv_num_blocks()));
     std::vector<int32_t>& tokens = tokens_[item.request_id];
     const int64_t end = int64_t(item.num_cached_tokens) + item.num_query_tokens;
     // Positions not seen before are prompt positions: the scheduler only

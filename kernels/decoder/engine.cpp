@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -134,8 +135,9 @@ EngineOutput serve(const EngineSetup& setup, const Workload& workload,
   out.weights_source = weights.description();
   std::optional<WeightsSource> draft_source;
   if (draft_spec) draft_source = draft_weights(setup.speculative, *draft_spec, weights, device);
-  auto model = make_decoder(std::move(weights), device, out.scheduler.num_gpu_blocks, out.scheduler.block_size,
-                            setup.threads);
+  if (hooks.probe_kv_blocks < 0) throw std::invalid_argument("serve: probe_kv_blocks must be >= 0");
+  auto model = make_decoder(std::move(weights), device, out.scheduler.num_gpu_blocks + hooks.probe_kv_blocks,
+                            out.scheduler.block_size, setup.threads);
   out.device = model->device();
   out.weight_bytes = model->weight_bytes();
   out.kv_cache_bytes = model->kv_cache_bytes();
@@ -190,6 +192,15 @@ EngineOutput serve(const EngineSetup& setup, const Workload& workload,
   Runner runner(scheduler, executor, clock);
   if (progress) runner.on_progress(std::move(progress));
   if (hooks.on_idle) runner.on_idle([&](double until_s) { hooks.on_idle(*inner, clock.now(), until_s); });
+  if (hooks.between_iterations)
+    runner.after_iteration([&] {
+      bool did = false;
+      const double stopped_s = clock.stopped_while([&] { did = hooks.between_iterations(*inner, clock.now()); });
+      if (did) {
+        ++out.clock_stops;
+        out.clock_stopped_s += stopped_s;
+      }
+    });
   out.records = runner.run(workload);
   if (hooks.after_run) hooks.after_run(*inner);
   out.summary = summarize_run(out.records, setup.slo);
@@ -217,6 +228,11 @@ nlohmann::json engine_setup_to_json(const EngineSetup& setup, const EngineOutput
                                                  setup.decoding.sampling.temperature, out.draft_weights_source,
                                                  out.draft_weight_bytes);
   j["clock"] = "wall";
+  if (out.clock_stops > 0)
+    j["clock_stopped"] = {{"times", out.clock_stops},
+                          {"seconds", out.clock_stopped_s},
+                          {"meaning", "the run's clock stopped while validation timed the decoder between "
+                                      "iterations; that time is in no latency"}};
   j["warm_up"] = out.warm_up.to_json();
   if (setup.scheduler.num_speculative_tokens > 0) j["draft_warm_up"] = out.draft_warm_up.to_json();
   j["seed"] = setup.workload.seed;

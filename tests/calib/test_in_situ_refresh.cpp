@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -55,11 +56,17 @@ class KnownTimes final : public Executor {
     const double ratio = ratios ? ratios->ratio(plan, far ? Placement::Far : Placement::Near) : 1.0;
     result.duration_s = model_.breakdown(plan).total() * scale * ratio;
     ++executions;
+    for (const ScheduledSequence& seq : plan.sequences) {
+      request_ids.push_back(seq.request_id);
+      for (int32_t b : seq.block_table) lowest_block = std::min(lowest_block, b);
+    }
   }
   void on_request_finished(int64_t request_id) override { finished.push_back(request_id); }
   double decode_scale = 1, prefill_scale = 1;
   bool far = false;
   std::vector<int64_t> finished;
+  std::vector<int64_t> request_ids;  // of every sequence executed
+  int32_t lowest_block = std::numeric_limits<int32_t>::max();
   const PlacementRatios* ratios = nullptr;
   int executions = 0;
 
@@ -292,17 +299,47 @@ TEST_CASE("in-situ tracking: probes only in gaps long enough, levels relative to
   executor.decode_scale = 1.2;  // the machine slows down
   CHECK(refresher.probe_idle(executor, 2.0, 3.0));
   CHECK(refresher.probe_idle(executor, 3.0, 4.0));
-  REQUIRE(refresher.idle_probes().size() == 3);
-  CHECK(refresher.idle_probes()[0].time_s == 1.0);
+  REQUIRE(refresher.probes().size() == 3);
+  CHECK(refresher.probes()[0].time_s == 1.0);
+  CHECK_FALSE(refresher.probes()[0].between_iterations);
 
   // Raw levels 1.0, 1.2, 1.2 -> neighbours' medians 1.1, 1.2, 1.2 -> over their median 1.2.
-  const auto levels = idle_levels(p, s, refresher.idle_probes());
+  const auto levels = track_levels(p, s, refresher.probes(), TrackLevelBasis::RunMedian);
   REQUIRE(levels.size() == 3);
-  CHECK(levels[0].second == Approx(1.1 / 1.2));
-  CHECK(levels[1].second == Approx(1.0));
-  CHECK(levels[2].second == Approx(1.0));
+  CHECK(levels[0].measured_over_predicted == Approx(1.0));
+  CHECK(levels[1].measured_over_predicted == Approx(1.2));
+  CHECK(levels[0].smoothed == Approx(1.1));
+  CHECK(levels[0].level == Approx(1.1 / 1.2));
+  CHECK(levels[1].level == Approx(1.0));
+  CHECK(levels[2].level == Approx(1.0));
   CHECK(level_at(levels, 0.0) == Approx(1.1 / 1.2));  // before the first: the first's
   CHECK(level_at(levels, 1.5) == Approx((1.1 / 1.2 + 1.0) / 2));
   CHECK(level_at(levels, 9.0) == Approx(1.0));
   CHECK(level_at({}, 5.0) == 1.0);
+  // Taken as measured: the smoothed levels themselves.
+  const auto own = track_levels(p, s, refresher.probes(), TrackLevelBasis::Refresh);
+  CHECK(own[0].level == Approx(1.1));
+  CHECK(own[2].level == Approx(1.2));
+}
+
+TEST_CASE("in-situ interleaving: probes between iterations at an interval, on their own blocks and request id") {
+  const DeviceProfile p = profile_with_factors();
+  const ProfileModel model(p, p.model);
+  KnownTimes executor(model);
+  InSituRefreshSettings s = small_settings();
+  s.probe_first_block = 1000;  // past the scheduler's blocks
+  InSituRefresher refresher(s, executor_latency_free());
+  CHECK(refresher.probe_between(executor, 0.01));  // the first at once
+  CHECK(executor.lowest_block == 1000);
+  REQUIRE_FALSE(executor.request_ids.empty());
+  for (int64_t id : executor.request_ids) CHECK(id == InSituRefresher::kProbeRequestId);
+  CHECK(executor.finished == std::vector<int64_t>{InSituRefresher::kProbeRequestId});
+  CHECK_FALSE(refresher.probe_between(executor, 0.01 + InSituRefresher::kBetweenProbeIntervalS / 2));  // too soon
+  CHECK(refresher.probe_between(executor, 0.01 + InSituRefresher::kBetweenProbeIntervalS));
+  REQUIRE(refresher.probes().size() == 2);
+  CHECK(refresher.probes()[1].between_iterations);
+  CHECK(track_probe_blocks(s) == calibration::DecodeSteps::blocks(1, s.cached,
+                                                                 InSituRefresher::kIdleProbeWarmUp +
+                                                                     InSituRefresher::kIdleProbeTimed,
+                                                                 s.block_size));
 }

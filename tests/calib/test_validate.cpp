@@ -506,6 +506,26 @@ TEST_CASE("validate: a tiny model end to end with a quick calibration") {
   REQUIRE(t.in_situ["refreshed"].get<bool>());
   REQUIRE(t.in_situ["tracked"]["probes"].is_array());
   for (const nlohmann::json& probe : t.in_situ["tracked"]["probes"]) CHECK(probe["level"].get<double>() > 0);
+  CHECK(t.in_situ["tracked"]["basis"] == "run median");
+  // Interleaving: timings between served iterations, the clock stopped for
+  // them (the first at the first iteration's end), on blocks of their own.
+  ValidationOptions interleave;
+  interleave.in_situ = ValidationOptions::InSitu::Interleave;
+  const ValidationResult il = run_validation(setup, workload, profile, "quick calibration", {}, interleave);
+  REQUIRE(il.in_situ["refreshed"].get<bool>());
+  CHECK(il.in_situ["tracked"]["basis"] == "refresh");
+  const nlohmann::json& probes = il.in_situ["tracked"]["probes"];
+  REQUIRE(probes.size() >= 1);
+  CHECK(int64_t(probes.size()) == il.measured.clock_stops);
+  CHECK(il.measured.clock_stopped_s > 0);
+  for (const nlohmann::json& probe : probes) {
+    CHECK(probe["between_iterations"].get<bool>());
+    CHECK(probe["seconds"].get<double>() > 0);
+    CHECK(probe["level"].get<double>() == Approx(probe["smoothed"].get<double>()));
+  }
+  CHECK(il.measured.summary.completed == int64_t(workload.requests.size()));
+  CHECK(validation_report_json(il, ValidationMode::Replay)["config"]["clock_stopped"]["times"] ==
+        il.measured.clock_stops);
   // Refresh and re-anchoring both correct for drift: not both.
   refresh.anchor = ValidationOptions::Anchor::Apply;
   CHECK(test::input_error_of([&] { run_validation(setup, workload, profile, "p", {}, refresh); })

@@ -570,8 +570,11 @@ def in_situ_flag_errors(ctx):
                        ["--in-situ refresh", "--anchor apply"])
     expect_input_error(ctx, ["validate", "--in-situ", "track", "--anchor", "apply", "--out", ctx.path("v")],
                        ["--in-situ track", "--anchor apply"])
+    expect_input_error(ctx, ["validate", "--in-situ", "interleave", "--anchor", "apply", "--out", ctx.path("v")],
+                       ["--in-situ interleave", "--anchor apply"])
     p = ctx.ok("validate", "--help")
-    check("--in-situ" in p.stdout and "track" in p.stdout, "validate --help lacks --in-situ track")
+    for mode in ("track", "interleave"):
+        check("--in-situ" in p.stdout and mode in p.stdout, f"validate --help lacks --in-situ {mode}")
 
 
 def run_case_from_argv(cases, description):

@@ -5,11 +5,13 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <numeric>
 #include <span>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -310,6 +312,90 @@ TEST_CASE("engine: serve calls its hooks with the served decoder, before the fir
   REQUIRE(executed_at.size() == 2);
   CHECK(executed_at[0] == 0);
   CHECK(executed_at[1] == out.records.num_iterations);
+}
+
+TEST_CASE("engine: work between iterations stops the clock and, on blocks and ids of its own, changes no token",
+          "[engine]") {
+  EngineSetup setup;
+  setup.model = engine_spec();
+  setup.threads = 1;
+  setup.decoding = decoding(0.0);
+  setup.scheduler.block_size = 4;
+  setup.kv_cache_bytes = 40 * 4 * 256 + 100;  // 40 blocks of 4 tokens (see the next case)
+  setup.workload.arrival = ArrivalProcess::Closed;  // the batches do not depend on time
+  setup.workload.concurrency = 3;
+  setup.workload.num_requests = 8;
+  setup.workload.prompt_len = "uniform:4:40";
+  setup.workload.output_len = "uniform:2:12";
+  setup.workload.seed = 4;
+  const Workload workload = make_workload(setup.workload);
+
+  auto serve_keeping_outputs = [&](ServeHooks hooks) {
+    std::unordered_map<int64_t, std::vector<int32_t>> outputs;
+    hooks.before_run = [](Executor& decoder) { dynamic_cast<DecoderExecutor&>(decoder).keep_outputs(true); };
+    hooks.after_run = [&](Executor& decoder) { outputs = dynamic_cast<DecoderExecutor&>(decoder).outputs(); };
+    EngineOutput out = serve(setup, workload, {}, {}, {}, hooks);
+    return std::make_pair(std::move(out), outputs);
+  };
+  const auto [plain, plain_outputs] = serve_keeping_outputs({});
+  REQUIRE(plain.summary.completed == 8);
+  CHECK(plain.clock_stops == 0);
+
+  // Between every iteration: 3 decode steps of one sequence of 9 tokens on
+  // the 4 blocks past the scheduler's 40, and a pause of 20 ms.
+  ServeHooks probing;
+  probing.probe_kv_blocks = 4;
+  int64_t calls = 0;
+  probing.between_iterations = [&](Executor& decoder, double) {
+    CHECK(dynamic_cast<DecoderExecutor&>(decoder).model().kv_num_blocks() == 44);
+    ScheduledSequence seq;
+    seq.request_id = int64_t(1) << 40;
+    seq.num_query_tokens = 1;
+    seq.is_prefill = false;
+    seq.samples = true;
+    const std::vector<int32_t> own_blocks = {40, 41, 42, 43};
+    seq.block_table = own_blocks;
+    IterationResult result;
+    for (int32_t cached = 9; cached < 12; ++cached) {
+      seq.num_cached_tokens = cached;
+      IterationPlan plan;
+      plan.add(seq);
+      result.reset();
+      decoder.execute(plan, result);
+    }
+    decoder.on_request_finished(seq.request_id);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    ++calls;
+    return true;
+  };
+  const auto [probed, probed_outputs] = serve_keeping_outputs(probing);
+  REQUIRE(probed.summary.completed == 8);
+  CHECK(probed.scheduler.num_gpu_blocks == 40);
+  auto served_outputs = probed_outputs;
+  CHECK(served_outputs.erase(int64_t(1) << 40) == 1);  // the probe's own tokens
+  CHECK(served_outputs == plain_outputs);
+  CHECK(calls == probed.records.num_iterations);
+  CHECK(probed.clock_stops == calls);
+  CHECK(probed.clock_stopped_s >= 0.02 * double(calls));
+  // The run's clock left the pauses out: it ended before their total.
+  CHECK(probed.records.end_s < probed.clock_stopped_s);
+  CHECK(engine_setup_to_json(setup, probed)["clock_stopped"]["times"] == calls);
+}
+
+TEST_CASE("engine: the decoder refuses a plan that names a KV block past its cache", "[engine]") {
+  DecoderExecutor executor(make_model(engine_spec(), 4, 4), decoding(0.0));
+  ScheduledSequence seq;
+  seq.request_id = 1;
+  seq.num_query_tokens = 1;
+  seq.num_cached_tokens = 3;
+  seq.is_prefill = false;
+  seq.samples = true;
+  const std::vector<int32_t> past = {4};  // blocks 0 .. 3 exist
+  seq.block_table = past;
+  IterationPlan plan;
+  plan.add(seq);
+  IterationResult result;
+  CHECK_THROWS_WITH(executor.execute(plan, result), Contains("KV block 4") && Contains("holds 4"));
 }
 
 TEST_CASE("engine: serve completes every request with exactly its output tokens", "[engine]") {

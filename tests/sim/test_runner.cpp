@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -11,8 +12,10 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "sim/clock.h"
 #include "sim/metrics.h"
 #include "sim/report.h"
 #include "sim/runner.h"
@@ -97,6 +100,29 @@ TEST_CASE("The runner calls on_idle before each wait for an arrival, with its ti
   CHECK(calls[0].second == 1.25);
   CHECK(calls[1].first == Approx(rec.requests[0].finish_s));
   CHECK(calls[1].second == 7.5);
+}
+
+TEST_CASE("The runner calls after_iteration once per iteration, after recording it", "[runner]") {
+  Workload w;
+  w.requests = {request(0, 0.0, 40, 5), request(1, 0.5, 30, 4)};
+  FixedCostExecutor ex(2e-3, 1e-5);
+  Scheduler scheduler(scheduler_config(SchedulerPolicy::Chunked, 64, 512, 16, 10000, 4096, 0.01));
+  VirtualClock clock;
+  Runner runner(scheduler, ex, clock);
+  std::vector<double> at;  // the clock at each call
+  runner.after_iteration([&] { at.push_back(clock.now()); });
+  const RunRecords rec = runner.run(w);
+  REQUIRE(int64_t(at.size()) == rec.num_iterations);
+  for (size_t i = 0; i < at.size(); ++i)
+    CHECK(at[i] == Approx(rec.iterations[i].start_s + rec.iterations[i].duration_s));
+}
+
+TEST_CASE("A wall clock stopped while work runs leaves that work's time out", "[runner]") {
+  WallClock clock;
+  const double before = clock.now();
+  const double took = clock.stopped_while([] { std::this_thread::sleep_for(std::chrono::milliseconds(30)); });
+  CHECK(took >= 0.03);
+  CHECK(clock.now() - before < 0.03);
 }
 
 TEST_CASE("Iteration records match the plans the executor ran", "[runner]") {
