@@ -446,7 +446,12 @@ const char* in_situ_name(ValidationOptions::InSitu in_situ) {
 }
 
 // report.json's in_situ.tracked: every probe with its level.
-nlohmann::json tracked_json(const std::vector<TrackLevel>& levels, bool in_idle_gaps) {
+nlohmann::json tracked_json(const std::vector<TrackLevel>& levels, const std::vector<TrackProbe>& at_refresh,
+                            bool in_idle_gaps) {
+  nlohmann::json refresh_list = nlohmann::json::array();
+  for (const TrackProbe& p : at_refresh)
+    refresh_list.push_back(
+        {{"when", p.time_s < 0 ? "before" : "after"}, {"seconds", p.seconds}, {"placement", to_string(p.placement)}});
   nlohmann::json list = nlohmann::json::array();
   for (const TrackLevel& l : levels)
     list.push_back({{"time_s", l.probe.time_s},
@@ -465,7 +470,8 @@ nlohmann::json tracked_json(const std::vector<TrackLevel>& levels, bool in_idle_
                  "clock stopped, over the refreshed prediction (in their placement), smoothed with their "
                  "neighbours (level); every iteration's cost is scaled by the level at its time"},
           {"basis", in_idle_gaps ? "run median" : "refresh"},
-          {"probes", list}};
+          {"probes", list},
+          {"at_refresh", refresh_list}};
 }
 
 }  // namespace
@@ -523,7 +529,6 @@ ValidationResult run_validation(const EngineSetup& setup, const Workload& worklo
       in_situ_refresh_settings(profile, config.max_num_seqs, config.max_num_batched_tokens, config.max_model_len);
   settings.block_size = config.block_size;
   settings.probe_first_block = int32_t(config.num_gpu_blocks);
-  if (tracking || interleaving) hooks.probe_kv_blocks = track_probe_blocks(settings);
   if (options.in_situ != ValidationOptions::InSitu::Profile) {
     if (device.cuda)
       v.in_situ = {{"refreshed", false}, {"reason", "cuda (a GPU keeps its speed from one run to the next)"}};
@@ -535,6 +540,7 @@ ValidationResult run_validation(const EngineSetup& setup, const Workload& worklo
     v.in_situ = {{"refreshed", false}, {"reason", "--in-situ profile"}};
   }
   if (v.in_situ.is_null()) {
+    hooks.probe_kv_blocks = track_probe_blocks(settings);
     const int threads = setup.threads;
     hooks.before_run = [&, threads](Executor& decoder) {
       auto* served = dynamic_cast<DecoderExecutor*>(&decoder);
@@ -572,7 +578,7 @@ ValidationResult run_validation(const EngineSetup& setup, const Workload& worklo
     if (tracking || interleaving) {
       levels = track_levels(refreshed->profile, refresher->settings(), refresher->probes(),
                             tracking ? TrackLevelBasis::RunMedian : TrackLevelBasis::Refresh);
-      v.in_situ["tracked"] = tracked_json(levels, tracking);
+      v.in_situ["tracked"] = tracked_json(levels, refresher->probes_at_refresh(), tracking);
       if (callbacks.note)
         callbacks.note(fmt::format("in situ: {} timings {}", levels.size(),
                                    tracking ? "in the run's idle gaps"
