@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <optional>
 
 #include <fmt/format.h>
@@ -51,7 +52,9 @@ int64_t decode_blocks(const InSituRefreshSettings& s, int64_t b) {
 }  // namespace
 
 int64_t track_probe_blocks(const InSituRefreshSettings& s) {
-  return DecodeSteps::blocks(1, s.cached, InSituRefresher::kIdleProbeWarmUp + InSituRefresher::kIdleProbeTimed,
+  int64_t largest = 1;
+  for (int64_t b : s.decode_batches) largest = std::max(largest, b);
+  return DecodeSteps::blocks(largest, s.cached, InSituRefresher::kIdleProbeWarmUp + InSituRefresher::kIdleProbeTimed,
                              s.block_size);
 }
 
@@ -106,14 +109,14 @@ void InSituRefresher::measure(Executor& executor, bool before) {
       for (size_t k = 0; k < seconds.size(); ++k) samples_.push_back({before, 0, b, int(k), seconds[k], placement});
     }
     const double latency_before = latency_ns();
-    const std::vector<double> seconds = time_probe_steps(executor);
+    const std::vector<double> seconds = time_probe_steps(executor, 1);
     probes_at_refresh_.push_back(
-        {before ? -1.0 : 1.0, calibration::median(seconds), placement_of(latency_before, latency_ns()), false});
+        {before ? -1.0 : 1.0, calibration::median(seconds), 1, placement_of(latency_before, latency_ns()), false});
   }
 }
 
-std::vector<double> InSituRefresher::time_probe_steps(Executor& executor) const {
-  return calibration::time_decode_steps(executor, 1, settings_.cached, settings_.block_size, kIdleProbeWarmUp,
+std::vector<double> InSituRefresher::time_probe_steps(Executor& executor, int64_t sequences) const {
+  return calibration::time_decode_steps(executor, sequences, settings_.cached, settings_.block_size, kIdleProbeWarmUp,
                                         kIdleProbeTimed, settings_.probe_first_block, kProbeRequestId);
 }
 
@@ -125,35 +128,48 @@ bool InSituRefresher::probe_idle(Executor& executor, double now_s, double until_
     return false;
   const auto start = std::chrono::steady_clock::now();
   const double latency_before = latency_ns();
-  const std::vector<double> seconds = time_probe_steps(executor);
-  probes_.push_back({now_s, calibration::median(seconds), placement_of(latency_before, latency_ns()), false});
+  const std::vector<double> seconds = time_probe_steps(executor, 1);
+  probes_.push_back({now_s, calibration::median(seconds), 1, placement_of(latency_before, latency_ns()), false});
   last_probe_length_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return true;
 }
 
-bool InSituRefresher::probe_between(Executor& executor, double now_s) {
+bool InSituRefresher::probe_between(Executor& executor, double now_s, int64_t served_sequences) {
   if (!probes_.empty() && now_s - probes_.back().time_s < kBetweenProbeIntervalS) return false;
+  int64_t sequences = 1;
+  for (int64_t b : settings_.decode_batches)
+    if (b <= served_sequences) sequences = std::max(sequences, b);
   const double latency_before = latency_ns();
-  const std::vector<double> seconds = time_probe_steps(executor);
-  probes_.push_back({now_s, calibration::median(seconds), placement_of(latency_before, latency_ns()), true});
+  const std::vector<double> seconds = time_probe_steps(executor, sequences);
+  probes_.push_back(
+      {now_s, calibration::median(seconds), sequences, placement_of(latency_before, latency_ns()), true});
   return true;
 }
 
 std::vector<TrackLevel> track_levels(const DeviceProfile& refreshed, const InSituRefreshSettings& s,
                                      const std::vector<TrackProbe>& probes, TrackLevelBasis basis) {
   const ProfileModel model(refreshed, refreshed.model, "in-situ refresh");
-  DecodeSteps steps(1, s.cached, InSituRefresher::kIdleProbeWarmUp + InSituRefresher::kIdleProbeTimed, s.block_size);
-  for (int k = 0; k < InSituRefresher::kIdleProbeWarmUp; ++k) steps.advance();
-  std::vector<double> predicted;
-  for (int k = 0; k < InSituRefresher::kIdleProbeTimed; ++k, steps.advance())
-    predicted.push_back(model.breakdown(steps.plan()).total());
-  const double step_s = calibration::median(predicted);
+  // What the refreshed profile predicts for a probe of b sequences (the
+  // median over its timed steps), in the reference placement.
+  std::map<int64_t, double> predicted_s;
+  auto predicted = [&](int64_t b) {
+    auto it = predicted_s.find(b);
+    if (it != predicted_s.end()) return it->second;
+    DecodeSteps steps(b, s.cached, InSituRefresher::kIdleProbeWarmUp + InSituRefresher::kIdleProbeTimed,
+                      s.block_size);
+    for (int k = 0; k < InSituRefresher::kIdleProbeWarmUp; ++k) steps.advance();
+    std::vector<double> each;
+    for (int k = 0; k < InSituRefresher::kIdleProbeTimed; ++k, steps.advance())
+      each.push_back(model.breakdown(steps.plan()).total());
+    return predicted_s[b] = calibration::median(each);
+  };
   std::vector<TrackLevel> levels;
   for (const TrackProbe& p : probes) {
-    const double ratio = refreshed.placement_ratios ? refreshed.placement_ratios->ratio(0, 1, 1, p.placement) : 1.0;
+    const double ratio =
+        refreshed.placement_ratios ? refreshed.placement_ratios->ratio(0, p.sequences, p.sequences, p.placement) : 1.0;
     TrackLevel l;
     l.probe = p;
-    l.measured_over_predicted = p.seconds / (step_s * ratio);
+    l.measured_over_predicted = p.seconds / (predicted(p.sequences) * ratio);
     levels.push_back(l);
   }
   std::sort(levels.begin(), levels.end(), [](const TrackLevel& a, const TrackLevel& b) { return a.probe.time_s < b.probe.time_s; });

@@ -70,7 +70,7 @@ InSituRefreshSettings in_situ_refresh_settings(const DeviceProfile& profile, int
 
 // KV blocks a decoder needs for the settings' plans.
 int64_t in_situ_refresh_blocks(const InSituRefreshSettings& settings);
-// KV blocks one tracking probe needs (from settings.probe_first_block on).
+// KV blocks the largest tracking probe needs (from settings.probe_first_block on).
 int64_t track_probe_blocks(const InSituRefreshSettings& settings);
 // The settings without the prefills and decode batches that need more than
 // `kv_blocks` KV blocks of `block_size` tokens, in blocks of that size.
@@ -87,10 +87,11 @@ struct InSituSample {
 };
 
 // A timing of the served decoder during the run (validate --in-situ track
-// and interleave): 1-sequence decode steps, their median.
+// and interleave): decode steps of `sequences` sequences, their median.
 struct TrackProbe {
   double time_s = 0;   // on the run's clock, when it started
   double seconds = 0;  // median of the timed steps
+  int64_t sequences = 1;
   Placement placement = Placement::Unknown;
   bool between_iterations = false;  // with the clock stopped between served iterations, else in an idle gap
 };
@@ -116,11 +117,14 @@ class InSituRefresher {
   // otherwise. Returns whether it probed.
   bool probe_idle(Executor& executor, double now_s, double until_s);
   // Between served iterations at `now_s` (the run's clock stopped,
-  // ServeHooks::between_iterations): the same steps, on the KV blocks from
-  // settings.probe_first_block and request id kProbeRequestId, when
-  // kBetweenProbeIntervalS have passed since the last probe of either
-  // kind. Returns whether it probed.
-  bool probe_between(Executor& executor, double now_s);
+  // ServeHooks::between_iterations), after an iteration that decoded
+  // `served_sequences` sequences: the same steps, but of the served batch
+  // as the refresh timed it (the largest of settings.decode_batches not
+  // above it, else 1: a 1-sequence step's speed moves in ways a batch's
+  // does not), on the KV blocks from settings.probe_first_block and
+  // request ids from kProbeRequestId, when kBetweenProbeIntervalS have
+  // passed since the last probe of either kind. Returns whether it probed.
+  bool probe_between(Executor& executor, double now_s, int64_t served_sequences);
   const std::vector<TrackProbe>& probes() const { return probes_; }
   // The same probe timed at the end of every round of measure(): what the
   // probes read when the refresh was taken (time_s -1 before the run, +1
@@ -134,7 +138,7 @@ class InSituRefresher {
  private:
   InSituRefreshSettings settings_;
   double latency_ns() const;  // core_latency_ns_, NaN without it
-  std::vector<double> time_probe_steps(Executor& executor) const;
+  std::vector<double> time_probe_steps(Executor& executor, int64_t sequences) const;
   std::function<double()> core_latency_ns_;
   std::vector<TrackProbe> probes_, probes_at_refresh_;
   double last_probe_length_s_ = 0;

@@ -456,6 +456,7 @@ nlohmann::json tracked_json(const std::vector<TrackLevel>& levels, const std::ve
   for (const TrackLevel& l : levels)
     list.push_back({{"time_s", l.probe.time_s},
                     {"seconds", l.probe.seconds},
+                    {"sequences", l.probe.sequences},
                     {"placement", to_string(l.probe.placement)},
                     {"between_iterations", l.probe.between_iterations},
                     {"measured_over_predicted", l.measured_over_predicted},
@@ -466,9 +467,10 @@ nlohmann::json tracked_json(const std::vector<TrackLevel>& levels, const std::ve
                ? "1-sequence decode steps timed on the served decoder in the run's idle gaps, over the refreshed "
                  "prediction (in their placement), smoothed with their neighbours and taken relative to their "
                  "median (level); every iteration's cost is scaled by the level at its time"
-               : "1-sequence decode steps timed on the served decoder between served iterations with the run's "
-                 "clock stopped, over the refreshed prediction (in their placement), smoothed with their "
-                 "neighbours (level); every iteration's cost is scaled by the level at its time"},
+               : "decode steps of the served batch (as the refresh timed it) timed on the served decoder between "
+                 "served iterations with the run's clock stopped, over the refreshed prediction (in their "
+                 "placement), smoothed with their neighbours (level); every iteration's cost is scaled by the "
+                 "level at its time"},
           {"basis", in_idle_gaps ? "run median" : "refresh"},
           {"probes", list},
           {"at_refresh", refresh_list}};
@@ -559,8 +561,8 @@ ValidationResult run_validation(const EngineSetup& setup, const Workload& worklo
         refresher->probe_idle(decoder, now_s, until_s);
       };
     if (interleaving)
-      hooks.between_iterations = [&](Executor& decoder, double now_s) {
-        return refresher->probe_between(decoder, now_s);
+      hooks.between_iterations = [&](Executor& decoder, double now_s, const IterationRecord& last) {
+        return refresher->probe_between(decoder, now_s, last.decode_sequences);
       };
   }
   anchoring.before_run();

@@ -263,7 +263,9 @@ struct ValidationOptions {
   // track_levels relative to their median over the run, level_at), in
   // replay at the iteration's real start and in predict at the simulated
   // time.
-  // Interleave times the same steps between served iterations instead, every
+  // Interleave times decode steps of the served batch (the largest of the
+  // refresh's batch sizes not above the last iteration's) between served
+  // iterations instead, every
   // InSituRefresher::kBetweenProbeIntervalS of the run's clock, with the
   // clock stopped while they run (ServeHooks::between_iterations: no
   // request's latency and no iteration includes them) on KV blocks of

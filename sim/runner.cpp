@@ -88,7 +88,7 @@ RunRecords Runner::run(const Workload& workload) {
     rec.decode_sequences = plan.num_decode_sequences;
     rec.sampled_sequences = plan.num_sampling_sequences;
     if (keep_iterations_) records.iterations.push_back(rec);
-    if (after_iteration_) after_iteration_();
+    if (after_iteration_) after_iteration_(rec);
 
     if (progress_ && (plan.index & 1023) == 0) {
       const auto now = std::chrono::steady_clock::now();

@@ -35,9 +35,11 @@ class Runner {
   // arrives at `until_s` on the clock, before waiting for it; what it
   // does must end by then. Validation times the machine's speed there.
   void on_idle(std::function<void(double until_s)> callback) { on_idle_ = std::move(callback); }
-  // Called after every iteration, once its requests' progress is recorded
-  // and before the next arrivals are taken in.
-  void after_iteration(std::function<void()> callback) { after_iteration_ = std::move(callback); }
+  // Called after every iteration with its record, once its requests'
+  // progress is recorded and before the next arrivals are taken in.
+  void after_iteration(std::function<void(const IterationRecord&)> callback) {
+    after_iteration_ = std::move(callback);
+  }
 
   // Serves every request of the workload and returns what happened.
   RunRecords run(const Workload& workload);
@@ -49,7 +51,7 @@ class Runner {
   std::function<void(const RunProgress&)> progress_;
   bool keep_iterations_ = true;
   std::function<void(double)> on_idle_;
-  std::function<void()> after_iteration_;
+  std::function<void(const IterationRecord&)> after_iteration_;
 };
 
 }  // namespace servesim

@@ -193,9 +193,10 @@ EngineOutput serve(const EngineSetup& setup, const Workload& workload,
   if (progress) runner.on_progress(std::move(progress));
   if (hooks.on_idle) runner.on_idle([&](double until_s) { hooks.on_idle(*inner, clock.now(), until_s); });
   if (hooks.between_iterations)
-    runner.after_iteration([&] {
+    runner.after_iteration([&](const IterationRecord& last) {
       bool did = false;
-      const double stopped_s = clock.stopped_while([&] { did = hooks.between_iterations(*inner, clock.now()); });
+      const double stopped_s =
+          clock.stopped_while([&] { did = hooks.between_iterations(*inner, clock.now(), last); });
       if (did) {
         ++out.clock_stops;
         out.clock_stopped_s += stopped_s;

@@ -93,13 +93,13 @@ struct ServeHooks {
   // When the engine is idle until the next arrival at `until_s` on the
   // run's clock (now: `now_s`), see Runner::on_idle.
   std::function<void(Executor& decoder, double now_s, double until_s)> on_idle;
-  // After every iteration (Runner::after_iteration), with the run's clock
+  // After every iteration (Runner::after_iteration, `last`), with the run's clock
   // stopped while it runs (WallClock::stopped_while): its time counts in no
   // request's latency and in no iteration. Returns whether it did anything
   // (EngineOutput::stopped_clock counts those calls). Requests hold KV
   // blocks then: it must use blocks of its own (probe_kv_blocks) and
   // request ids outside the workload's.
-  std::function<bool(Executor& decoder, double now_s)> between_iterations;
+  std::function<bool(Executor& decoder, double now_s, const IterationRecord& last)> between_iterations;
   // KV blocks the decoder holds beyond the scheduler's, block ids
   // num_gpu_blocks .. num_gpu_blocks + probe_kv_blocks - 1, for the hooks'
   // own plans; the scheduler never hands them out.

@@ -328,24 +328,34 @@ TEST_CASE("in-situ tracking: probes only in gaps long enough, levels relative to
   CHECK(own[2].level == Approx(1.2));
 }
 
-TEST_CASE("in-situ interleaving: probes between iterations at an interval, on their own blocks and request id") {
+TEST_CASE("in-situ interleaving: probes between iterations at an interval, of the served batch, on their own blocks") {
   const DeviceProfile p = profile_with_factors();
   const ProfileModel model(p, p.model);
   KnownTimes executor(model);
   InSituRefreshSettings s = small_settings();
+  REQUIRE(s.decode_batches == std::vector<int64_t>{1, 4});
   s.probe_first_block = 1000;  // past the scheduler's blocks
   InSituRefresher refresher(s, executor_latency_free());
-  CHECK(refresher.probe_between(executor, 0.01));  // the first at once
+  CHECK(refresher.probe_between(executor, 0.01, 0));  // the first at once; no decode served: 1 sequence
   CHECK(executor.lowest_block == 1000);
   REQUIRE_FALSE(executor.request_ids.empty());
   for (int64_t id : executor.request_ids) CHECK(id == InSituRefresher::kProbeRequestId);
   CHECK(executor.finished == std::vector<int64_t>{InSituRefresher::kProbeRequestId});
-  CHECK_FALSE(refresher.probe_between(executor, 0.01 + InSituRefresher::kBetweenProbeIntervalS / 2));  // too soon
-  CHECK(refresher.probe_between(executor, 0.01 + InSituRefresher::kBetweenProbeIntervalS));
+  CHECK_FALSE(refresher.probe_between(executor, 0.01 + InSituRefresher::kBetweenProbeIntervalS / 2, 5));  // too soon
+  executor.decode_scale = 1.1;
+  CHECK(refresher.probe_between(executor, 0.01 + InSituRefresher::kBetweenProbeIntervalS, 5));  // 5 served: 4
   REQUIRE(refresher.probes().size() == 2);
+  CHECK(refresher.probes()[0].sequences == 1);
+  CHECK(refresher.probes()[1].sequences == 4);
   CHECK(refresher.probes()[1].between_iterations);
-  CHECK(track_probe_blocks(s) == calibration::DecodeSteps::blocks(1, s.cached,
+  CHECK(executor.request_ids.back() == InSituRefresher::kProbeRequestId + 3);
+  CHECK(track_probe_blocks(s) == calibration::DecodeSteps::blocks(4, s.cached,
                                                                  InSituRefresher::kIdleProbeWarmUp +
                                                                      InSituRefresher::kIdleProbeTimed,
                                                                  s.block_size));
+  // Each probe over the prediction of its own shape: 1.0 and 1.1, whatever the batch.
+  const auto levels = track_levels(p, s, refresher.probes(), TrackLevelBasis::Refresh);
+  REQUIRE(levels.size() == 2);
+  CHECK(levels[0].measured_over_predicted == Approx(1.0));
+  CHECK(levels[1].measured_over_predicted == Approx(1.1));
 }

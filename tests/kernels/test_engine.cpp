@@ -346,7 +346,7 @@ TEST_CASE("engine: work between iterations stops the clock and, on blocks and id
   ServeHooks probing;
   probing.probe_kv_blocks = 4;
   int64_t calls = 0;
-  probing.between_iterations = [&](Executor& decoder, double) {
+  probing.between_iterations = [&](Executor& decoder, double, const IterationRecord&) {
     CHECK(dynamic_cast<DecoderExecutor&>(decoder).model().kv_num_blocks() == 44);
     ScheduledSequence seq;
     seq.request_id = int64_t(1) << 40;

@@ -110,11 +110,18 @@ TEST_CASE("The runner calls after_iteration once per iteration, after recording 
   VirtualClock clock;
   Runner runner(scheduler, ex, clock);
   std::vector<double> at;  // the clock at each call
-  runner.after_iteration([&] { at.push_back(clock.now()); });
+  std::vector<IterationRecord> given;
+  runner.after_iteration([&](const IterationRecord& last) {
+    at.push_back(clock.now());
+    given.push_back(last);
+  });
   const RunRecords rec = runner.run(w);
   REQUIRE(int64_t(at.size()) == rec.num_iterations);
-  for (size_t i = 0; i < at.size(); ++i)
+  for (size_t i = 0; i < at.size(); ++i) {
     CHECK(at[i] == Approx(rec.iterations[i].start_s + rec.iterations[i].duration_s));
+    CHECK(given[i].index == rec.iterations[i].index);
+    CHECK(given[i].decode_sequences == rec.iterations[i].decode_sequences);
+  }
 }
 
 TEST_CASE("A wall clock stopped while work runs leaves that work's time out", "[runner]") {
