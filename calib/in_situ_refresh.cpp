@@ -108,10 +108,6 @@ void InSituRefresher::measure(Executor& executor, bool before) {
       const Placement placement = placement_of(latency_before, latency_ns());
       for (size_t k = 0; k < seconds.size(); ++k) samples_.push_back({before, 0, b, int(k), seconds[k], placement});
     }
-    const double latency_before = latency_ns();
-    const std::vector<double> seconds = time_probe_steps(executor, 1);
-    probes_at_refresh_.push_back(
-        {before ? -1.0 : 1.0, calibration::median(seconds), 1, placement_of(latency_before, latency_ns()), false});
   }
 }
 

@@ -126,10 +126,6 @@ class InSituRefresher {
   // passed since the last probe of either kind. Returns whether it probed.
   bool probe_between(Executor& executor, double now_s, int64_t served_sequences);
   const std::vector<TrackProbe>& probes() const { return probes_; }
-  // The same probe timed at the end of every round of measure(): what the
-  // probes read when the refresh was taken (time_s -1 before the run, +1
-  // after it).
-  const std::vector<TrackProbe>& probes_at_refresh() const { return probes_at_refresh_; }
   static constexpr int kIdleProbeWarmUp = 2, kIdleProbeTimed = 6;
   static constexpr double kFirstIdleProbeGapS = 0.2, kIdleProbeIntervalS = 0.25, kBetweenProbeIntervalS = 0.5;
   // Far above any workload's request ids.
@@ -140,7 +136,7 @@ class InSituRefresher {
   double latency_ns() const;  // core_latency_ns_, NaN without it
   std::vector<double> time_probe_steps(Executor& executor, int64_t sequences) const;
   std::function<double()> core_latency_ns_;
-  std::vector<TrackProbe> probes_, probes_at_refresh_;
+  std::vector<TrackProbe> probes_;
   double last_probe_length_s_ = 0;
   std::vector<InSituSample> samples_;
 };

@@ -446,12 +446,7 @@ const char* in_situ_name(ValidationOptions::InSitu in_situ) {
 }
 
 // report.json's in_situ.tracked: every probe with its level.
-nlohmann::json tracked_json(const std::vector<TrackLevel>& levels, const std::vector<TrackProbe>& at_refresh,
-                            bool in_idle_gaps) {
-  nlohmann::json refresh_list = nlohmann::json::array();
-  for (const TrackProbe& p : at_refresh)
-    refresh_list.push_back(
-        {{"when", p.time_s < 0 ? "before" : "after"}, {"seconds", p.seconds}, {"placement", to_string(p.placement)}});
+nlohmann::json tracked_json(const std::vector<TrackLevel>& levels, bool in_idle_gaps) {
   nlohmann::json list = nlohmann::json::array();
   for (const TrackLevel& l : levels)
     list.push_back({{"time_s", l.probe.time_s},
@@ -472,8 +467,7 @@ nlohmann::json tracked_json(const std::vector<TrackLevel>& levels, const std::ve
                  "placement), smoothed with their neighbours (level); every iteration's cost is scaled by the "
                  "level at its time"},
           {"basis", in_idle_gaps ? "run median" : "refresh"},
-          {"probes", list},
-          {"at_refresh", refresh_list}};
+          {"probes", list}};
 }
 
 }  // namespace
@@ -542,7 +536,7 @@ ValidationResult run_validation(const EngineSetup& setup, const Workload& worklo
     v.in_situ = {{"refreshed", false}, {"reason", "--in-situ profile"}};
   }
   if (v.in_situ.is_null()) {
-    hooks.probe_kv_blocks = track_probe_blocks(settings);
+    if (tracking || interleaving) hooks.probe_kv_blocks = track_probe_blocks(settings);
     const int threads = setup.threads;
     hooks.before_run = [&, threads](Executor& decoder) {
       auto* served = dynamic_cast<DecoderExecutor*>(&decoder);
@@ -580,7 +574,7 @@ ValidationResult run_validation(const EngineSetup& setup, const Workload& worklo
     if (tracking || interleaving) {
       levels = track_levels(refreshed->profile, refresher->settings(), refresher->probes(),
                             tracking ? TrackLevelBasis::RunMedian : TrackLevelBasis::Refresh);
-      v.in_situ["tracked"] = tracked_json(levels, refresher->probes_at_refresh(), tracking);
+      v.in_situ["tracked"] = tracked_json(levels, tracking);
       if (callbacks.note)
         callbacks.note(fmt::format("in situ: {} timings {}", levels.size(),
                                    tracking ? "in the run's idle gaps"

@@ -6,16 +6,14 @@ served decoder during the run and scale each iteration's predicted cost by
 the level they measured around its start (calib/in_situ_refresh.h). Each
 probe's level is its time over what the refreshed profile predicts for it
 (in its placement), smoothed with its neighbours; report.json keeps them all
-(in_situ.tracked.probes) and the same probe timed at the end of every round
-of the refresh (in_situ.tracked.at_refresh). This script takes a point's
-replay predictions back to the refresh alone (dividing out the level it was
-given) and prints the iteration MAPE and bias with each basis:
+(in_situ.tracked.probes). This script takes a point's replay predictions
+back to the refresh alone (dividing out the level it was given) and prints
+the iteration MAPE and bias (all predicted time / all measured - 1) with
+each basis:
 
   none        the refresh's prediction, no tracking (--in-situ refresh);
   as measured the smoothed level itself (interleave's basis);
-  run median  the smoothed level over its median through the run (track's);
-  at refresh  the smoothed level over the probes' own level when the refresh
-              was taken, in the same placement (1 where none was).
+  run median  the smoothed level over its median through the run (track's).
 
 Usage: experiments/validation_cpu/level_basis.py POINT_DIR [POINT_DIR ...]
 (a point: a validate --out folder with report_replay.json, iterations.csv
@@ -59,42 +57,32 @@ def point_rows(point):
     times = [p["time_s"] for p in probes]
     given = [p["level"] for p in probes]
     smoothed = [p["smoothed"] for p in probes]
-    # Each placement's "predicted probe" time, from any probe in it.
-    predicted_probe = {p["placement"]: p["seconds"] / p["measured_over_predicted"] for p in probes}
-    at_refresh = {}
-    for p in tracked.get("at_refresh", []):
-        if p["placement"] in predicted_probe:
-            at_refresh.setdefault(p["placement"], []).append(p["seconds"] / predicted_probe[p["placement"]])
     with open(os.path.join(point, "measured", "iterations.csv")) as f:
         starts = [float(r["start_s"]) for r in csv.DictReader(f)]
     with open(os.path.join(point, "iterations.csv")) as f:
         rows = [(float(r["predicted_s"]), float(r["measured_s"])) for r in csv.DictReader(f)]
     base = [(p / level_at(times, given, t), m) for (p, m), t in zip(rows, starts)]
     median = statistics.median(smoothed)
-    at_refresh_level = {pl: statistics.median(v) for pl, v in at_refresh.items()}
-    refresh_level = [at_refresh_level.get(p["placement"], 1.0) for p in probes]
     bases = {
         "none": base,
         "as measured": [(p * level_at(times, smoothed, t), m) for (p, m), t in zip(base, starts)],
         "run median": [(p * level_at(times, smoothed, t) / median, m) for (p, m), t in zip(base, starts)],
-        "at refresh": [(p * level_at(times, [s / r for s, r in zip(smoothed, refresh_level)], t), m)
-                       for (p, m), t in zip(base, starts)],
     }
-    return {name: errors(pairs) for name, pairs in bases.items()}, len(probes), at_refresh_level
+    return {name: errors(pairs) for name, pairs in bases.items()}, probes
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("points", nargs="+")
     a = ap.parse_args()
-    names = ["none", "as measured", "run median", "at refresh"]
-    print("| point | probes | probes' level at refresh | " + " | ".join(f"{n}: MAPE (bias)" for n in names) + " |")
+    names = ["none", "as measured", "run median"]
+    print("| point | probes | probes' batch sizes | " + " | ".join(f"{n}: MAPE (bias)" for n in names) + " |")
     print("| --- | ---: | --- |" + " ---: |" * len(names))
     for point in a.points:
-        result, count, at_refresh = point_rows(point)
-        refresh = ", ".join(f"{pl} {v:.3f}" for pl, v in sorted(at_refresh.items())) or "-"
+        result, probes = point_rows(point)
+        sizes = sorted({p.get("sequences", 1) for p in probes})
         cells = " | ".join(f"{result[n][0]:.1%} ({result[n][1]:+.1%})" for n in names)
-        print(f"| {os.path.basename(os.path.normpath(point))} | {count} | {refresh} | {cells} |")
+        print(f"| {os.path.basename(os.path.normpath(point))} | {len(probes)} | {', '.join(map(str, sizes))} | {cells} |")
 
 
 if __name__ == "__main__":

@@ -129,14 +129,8 @@ TEST_CASE("in-situ refresh: times every shape each round and sets f and g from w
   refresher.measure(executor, true);
   refresher.measure(executor, false);
 
-  // Per round: 3 executions of each prefill (2 timed), warm-up + timed steps per batch size, and the
-  // tracking probe's steps.
-  const int probe_steps = InSituRefresher::kIdleProbeWarmUp + InSituRefresher::kIdleProbeTimed;
-  CHECK(executor.executions == 2 * s.rounds * (3 * 2 + (s.warm_up + s.timed) * 2 + probe_steps));
-  REQUIRE(refresher.probes_at_refresh().size() == size_t(2 * s.rounds));
-  CHECK(refresher.probes_at_refresh().front().time_s < 0);  // before
-  CHECK(refresher.probes_at_refresh().back().time_s > 0);   // after
-  for (const TrackProbe& probe : refresher.probes_at_refresh()) CHECK(probe.seconds > 0);
+  // Per round: 3 executions of each prefill (2 timed), warm-up + timed steps per batch size.
+  CHECK(executor.executions == 2 * s.rounds * (3 * 2 + (s.warm_up + s.timed) * 2));
   const std::vector<InSituSample>& samples = refresher.samples();
   REQUIRE(samples.size() == size_t(2 * s.rounds * (2 * 2 + s.timed * 2)));
   int before = 0;

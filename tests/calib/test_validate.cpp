@@ -514,7 +514,6 @@ TEST_CASE("validate: a tiny model end to end with a quick calibration") {
   const ValidationResult il = run_validation(setup, workload, profile, "quick calibration", {}, interleave);
   REQUIRE(il.in_situ["refreshed"].get<bool>());
   CHECK(il.in_situ["tracked"]["basis"] == "refresh");
-  CHECK(il.in_situ["tracked"]["at_refresh"].size() == 4);  // 2 rounds before, 2 after
   const nlohmann::json& probes = il.in_situ["tracked"]["probes"];
   REQUIRE(probes.size() >= 1);
   CHECK(int64_t(probes.size()) == il.measured.clock_stops);
