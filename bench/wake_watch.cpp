@@ -2,8 +2,10 @@
 // One small-110m decoder; round after round, for each idle time S (in a
 // rotating order) it sleeps S seconds, then times a 128-token prefill (the
 // first iteration after the wait) and the same prefill again at once (the
-// control), then one 1-sequence decode step. One CSV row per (round, S) on
-// stdout: first / control is the wake-up cost of S seconds idle.
+// control), then 4 1-sequence decode steps and the same prefill after them
+// (as a served prefill follows decode steps). One CSV row per (round, S) on
+// stdout: first / control is the wake-up cost of S seconds idle,
+// after_decode / control the cost of following decode steps.
 //
 // Usage: servesim_wake_watch [--rounds N (8)] [--model M (small-110m)]
 #include <chrono>
@@ -72,16 +74,18 @@ int main(int argc, char** argv) {
   };
   for (int i = 0; i < 3; ++i) prefill_s();  // warm-up
   const std::vector<double> idle_s = {0.0, 0.1, 0.3, 1.0, 2.0, 4.0};
-  std::printf("round,idle_s,first_prefill_s,control_prefill_s,decode_step_s,placement\n");
+  std::printf("round,idle_s,first_prefill_s,control_prefill_s,decode_step_s,after_decode_prefill_s,placement\n");
   for (int round = 0; round < rounds; ++round) {
     for (size_t j = 0; j < idle_s.size(); ++j) {
       const double idle = idle_s[(j + size_t(round)) % idle_s.size()];
       std::this_thread::sleep_for(std::chrono::duration<double>(idle));
       const double first = prefill_s(), control = prefill_s();
       const double decode = calibration::median(
-          calibration::time_decode_steps(executor, 1, 127, block_size, 0, 1, 0, next_id++));
+          calibration::time_decode_steps(executor, 1, 127, block_size, 0, 4, 0, next_id++));
+      const double after_decode = prefill_s();
       const Placement placement = placement_of(core_to_core_latency_ns(0));
-      std::printf("%d,%.1f,%.6f,%.6f,%.6f,%s\n", round, idle, first, control, decode, to_string(placement));
+      std::printf("%d,%.1f,%.6f,%.6f,%.6f,%.6f,%s\n", round, idle, first, control, decode, after_decode,
+                  to_string(placement));
       std::fflush(stdout);
     }
   }

@@ -43,8 +43,12 @@ InSituRefreshSettings in_situ_refresh_settings(const DeviceProfile& profile, int
 
 namespace {
 
-// KV blocks of one prefill of t tokens, and of the decode steps of b sequences.
-int64_t prefill_blocks(const InSituRefreshSettings& s, int64_t t) { return ceil_div(t, s.block_size); }
+// KV blocks of the decode steps that lead each timed prefill.
+int64_t lead_blocks(const InSituRefreshSettings& s) {
+  return DecodeSteps::blocks(1, s.cached, InSituRefresher::kPrefillLeadSteps, s.block_size);
+}
+// KV blocks of one prefill of t tokens (and its lead), and of the decode steps of b sequences.
+int64_t prefill_blocks(const InSituRefreshSettings& s, int64_t t) { return ceil_div(t, s.block_size) + lead_blocks(s); }
 int64_t decode_blocks(const InSituRefreshSettings& s, int64_t b) {
   return DecodeSteps::blocks(b, s.cached, s.warm_up + s.timed, s.block_size);
 }
@@ -86,12 +90,18 @@ void InSituRefresher::measure(Executor& executor, bool before) {
   const InSituRefreshSettings& s = settings_;
   IterationResult result;
   for (int round = 0; round < s.rounds; ++round) {
-    // Prefills: one untimed, then two timed (the full calibration's moment).
+    // Prefills: one untimed, then two timed (the full calibration's
+    // moment), each after kPrefillLeadSteps decode steps of another
+    // sequence, as a served prefill follows decode steps (on the 2-core VM
+    // served prefills after decode steps came out 1-2% slower against their
+    // prediction than those after a prefill).
     for (int64_t t : s.prefill_tokens) {
       const OneSequencePlan prefill(1, t, 0, true, s.block_size);
+      const int32_t lead_first_block = int32_t(ceil_div(t, s.block_size));
       const double latency_before = latency_ns();
       std::vector<double> seconds;
       for (int i = 0; i < 3; ++i) {
+        calibration::time_decode_steps(executor, 1, s.cached, s.block_size, kPrefillLeadSteps, 0, lead_first_block, 2);
         result.reset();
         executor.execute(prefill.plan(), result);
         if (i > 0) seconds.push_back(result.duration_s);

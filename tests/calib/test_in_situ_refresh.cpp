@@ -114,9 +114,14 @@ TEST_CASE("in-situ refresh: the profile's shapes within the run's limits, the de
   const InSituRefreshSettings fit = fit_to_kv_cache(s, blocks, 32);
   CHECK(fit.block_size == 32);
   CHECK(fit.decode_batches == std::vector<int64_t>{1, 2, 4});
-  CHECK(fit.prefill_tokens == std::vector<int64_t>{32, 128, 512});  // 16 blocks of 32 at most
+  // A prefill needs its blocks and its lead decode steps' after them.
+  const int64_t lead = calibration::DecodeSteps::blocks(1, s.cached, InSituRefresher::kPrefillLeadSteps, 32);
+  REQUIRE(128 / 32 + lead <= blocks);
+  REQUIRE(512 / 32 + lead > blocks);
+  CHECK(fit.prefill_tokens == std::vector<int64_t>{32, 128});
   CHECK(in_situ_refresh_blocks(fit) <= blocks);
-  CHECK(fit_to_kv_cache(s, 2, 32).prefill_tokens == std::vector<int64_t>{32});
+  CHECK(fit_to_kv_cache(s, 1 + lead, 32).prefill_tokens == std::vector<int64_t>{32});
+  CHECK(fit_to_kv_cache(s, lead, 32).prefill_tokens.empty());
 }
 
 TEST_CASE("in-situ refresh: times every shape each round and sets f and g from what it measured") {
@@ -129,8 +134,10 @@ TEST_CASE("in-situ refresh: times every shape each round and sets f and g from w
   refresher.measure(executor, true);
   refresher.measure(executor, false);
 
-  // Per round: 3 executions of each prefill (2 timed), warm-up + timed steps per batch size.
-  CHECK(executor.executions == 2 * s.rounds * (3 * 2 + (s.warm_up + s.timed) * 2));
+  // Per round: 3 executions of each prefill (2 timed), each after its lead decode steps, and warm-up +
+  // timed steps per batch size.
+  CHECK(executor.executions ==
+        2 * s.rounds * (3 * 2 * (1 + InSituRefresher::kPrefillLeadSteps) + (s.warm_up + s.timed) * 2));
   const std::vector<InSituSample>& samples = refresher.samples();
   REQUIRE(samples.size() == size_t(2 * s.rounds * (2 * 2 + s.timed * 2)));
   int before = 0;
