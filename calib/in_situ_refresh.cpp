@@ -178,7 +178,8 @@ std::vector<TrackLevel> track_levels(const DeviceProfile& refreshed, const InSit
     l.measured_over_predicted = p.seconds / (predicted(p.sequences) * ratio);
     levels.push_back(l);
   }
-  std::sort(levels.begin(), levels.end(), [](const TrackLevel& a, const TrackLevel& b) { return a.probe.time_s < b.probe.time_s; });
+  std::sort(levels.begin(), levels.end(),
+            [](const TrackLevel& a, const TrackLevel& b) { return a.probe.time_s < b.probe.time_s; });
   for (size_t i = 0; i < levels.size(); ++i) {
     std::vector<double> around;
     for (size_t j = i > 0 ? i - 1 : 0; j <= i + 1 && j < levels.size(); ++j)

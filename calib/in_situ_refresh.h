@@ -12,7 +12,8 @@
 //
 // validate --in-situ refresh measures the same whole-model iterations the
 // calibration measured for f and g -- prefills of the profile's in-situ
-// lengths, and decode steps of its in-situ batch sizes (DecodeSteps, the
+// lengths (each after two decode steps of another sequence, as a served
+// prefill follows decode steps), and decode steps of its in-situ batch sizes (DecodeSteps, the
 // same warm-up and timed steps as a full calibration) -- just before and
 // just after the real run, on the served decoder itself (serve()'s
 // ServeHooks: on the 2-core VM two copies of the same weights ran the same

@@ -52,8 +52,8 @@ int validate_command(int argc, const char* const* argv) {
        "machine that drifts; cpu only, not with --anchor apply or speculation); track also times 1-sequence "
        "decode steps in the run's idle gaps (ending before the next arrival) and scales each iteration's "
        "cost by the level they measured around its time, relative to their median; interleave times decode "
-       "steps of the served batch between served iterations instead, every 0.5 s of the run's clock, with the clock stopped while they "
-       "run (no latency includes them), and takes their level as measured")
+       "steps of the served batch between served iterations instead, every 0.5 s of the run's clock, with "
+       "the clock stopped while they run (no latency includes them), and takes their level as measured")
       ("mode", po::value<std::string>()->default_value("predict"),
        "which prediction report.json describes: replay (the real run's iterations costed by the "
        "profile: the cost model's error alone) | predict (an independent simulation of the "
