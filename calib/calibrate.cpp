@@ -573,10 +573,14 @@ DeviceProfile calibrate(const CalibrationOptions& options, std::function<void(co
     decoder_options.threads = threads;
     DecoderExecutorOptions executor_options;
     executor_options.sampling = options.sampling;
-    const int64_t tokens = std::max(context, situ_lengths.empty() ? int64_t(0) : situ_lengths.back());
+    // The in-situ prefills follow decode steps (calibration::time_prefills).
+    const int64_t prefill_blocks =
+        situ_lengths.empty() ? 0
+                             : calibration::prefill_blocks_with_lead(situ_lengths.back(), bs,
+                                                                     calibration::kPrefillLeadSteps, step_cached);
+    const int64_t blocks = std::max({ceil_div(context, bs), prefill_blocks, step_blocks});
     whole = std::make_shared<DecoderExecutor>(
-        make_cpu_decoder(random_weights(model, options.weights_seed), std::max(ceil_div(tokens, bs), step_blocks),
-                         bs, decoder_options),
+        make_cpu_decoder(random_weights(model, options.weights_seed), blocks, bs, decoder_options),
         executor_options);
   }
   // step_times[moment][i]: the timed decode steps of step_batches[i] at one
@@ -584,10 +588,9 @@ DeviceProfile calibrate(const CalibrationOptions& options, std::function<void(co
   std::vector<std::vector<std::vector<double>>> step_times;
   auto measure_situ = [&] {
     if (quick) return;  // quick: once, at the end
-    for (size_t i = 0; i < situ_lengths.size(); ++i) {
-      const calibration::OneSequencePlan prefill(1, situ_lengths[i], 0, true, bs);
-      situ_times[i].push_back(calibration::median_execute_s(*whole, prefill.plan(), 1, 2));
-    }
+    for (size_t i = 0; i < situ_lengths.size(); ++i)
+      situ_times[i].push_back(calibration::median(
+          calibration::time_prefills(*whole, situ_lengths[i], bs, 1, 2, calibration::kPrefillLeadSteps, step_cached)));
     auto& moment = step_times.emplace_back();
     for (int64_t b : step_batches)
       moment.push_back(calibration::time_decode_steps(*whole, b, step_cached, bs, step_warm_up, step_timed));
@@ -865,7 +868,8 @@ DeviceProfile calibrate(const CalibrationOptions& options, std::function<void(co
     return dominant == Placement::Unknown || (moment < probes.size() && probes[moment].placement() == dominant);
   };
   if (!situ_lengths.empty() && quick) {
-    calibration::measure_in_situ(p, *whole, situ_lengths, bs, settings.repetitions, say);
+    calibration::measure_in_situ(p, *whole, situ_lengths, bs, settings.repetitions, say,
+                                 calibration::kPrefillLeadSteps, step_cached);
   } else if (!situ_lengths.empty()) {
     std::vector<double> medians;
     for (const std::vector<double>& times : situ_times) {

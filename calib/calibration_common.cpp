@@ -200,13 +200,33 @@ std::vector<int64_t> in_situ_lengths(const CalibrationOptions& options, int64_t 
 }
 
 void measure_in_situ(DeviceProfile& p, Executor& executor, const std::vector<int64_t>& lengths,
-                     int32_t block_size, int repetitions, const std::function<void(const std::string&)>& say) {
+                     int32_t block_size, int repetitions, const std::function<void(const std::string&)>& say,
+                     int lead_steps, int64_t lead_cached) {
   std::vector<double> measured;
-  for (int64_t t : lengths) {
-    const OneSequencePlan prefill(1, t, 0, true, block_size);
-    measured.push_back(median_execute_s(executor, prefill.plan(), 1, repetitions));
-  }
+  for (int64_t t : lengths)
+    measured.push_back(
+        median(time_prefills(executor, t, block_size, 1, std::max(repetitions, 1), lead_steps, lead_cached)));
   set_in_situ(p, lengths, measured, block_size, say);
+}
+
+int64_t prefill_blocks_with_lead(int64_t tokens, int32_t block_size, int lead_steps, int64_t lead_cached) {
+  return ceil_div(tokens, block_size) + (lead_steps > 0 ? DecodeSteps::blocks(1, lead_cached, lead_steps, block_size) : 0);
+}
+
+std::vector<double> time_prefills(Executor& executor, int64_t tokens, int32_t block_size, int warm_up, int timed,
+                                  int lead_steps, int64_t lead_cached) {
+  const OneSequencePlan prefill(1, tokens, 0, true, block_size);
+  const int32_t lead_first_block = int32_t(ceil_div(tokens, block_size));
+  std::vector<double> seconds;
+  IterationResult result;
+  for (int i = 0; i < warm_up + timed; ++i) {
+    if (lead_steps > 0) time_decode_steps(executor, 1, lead_cached, block_size, lead_steps, 0, lead_first_block, 2);
+    result.reset();
+    executor.execute(prefill.plan(), result);
+    if (i >= warm_up) seconds.push_back(result.duration_s);
+    executor.on_request_finished(1);  // each prefill of request 1 a new one
+  }
+  return seconds;
 }
 
 std::vector<double> time_decode_steps(Executor& executor, int64_t sequences, int64_t cached, int32_t block_size,

@@ -103,8 +103,28 @@ std::vector<int64_t> in_situ_lengths(const CalibrationOptions& options, int64_t 
 //   f(T) = (measured - attention - LM head - overhead) / (GEMMs + elementwise),
 // floored at 0.1. `say` gets one line per length. The executor must serve
 // the profiled model with at least ceil(max(lengths) / block_size) KV blocks.
+// With lead_steps > 0 each prefill follows that many decode steps around
+// `lead_cached` tokens (time_prefills), and the executor must hold
+// prefill_blocks_with_lead(max(lengths), ..) blocks.
 void measure_in_situ(DeviceProfile& p, Executor& executor, const std::vector<int64_t>& lengths,
-                     int32_t block_size, int repetitions, const std::function<void(const std::string&)>& say);
+                     int32_t block_size, int repetitions, const std::function<void(const std::string&)>& say,
+                     int lead_steps = 0, int64_t lead_cached = 0);
+// Untimed 1-sequence decode steps before each timed whole-model prefill
+// (time_prefills) on the CPU: served prefills that followed decode steps
+// came out 1-2% slower against their prediction than those that followed
+// a prefill (the 2-core VM, README), so the in-situ prefills are timed as
+// served ones run.
+constexpr int kPrefillLeadSteps = 2;
+
+// The seconds of `timed` prefills of `tokens` tokens (request 1, KV blocks
+// 0 ..) on `executor` after `warm_up` untimed ones, each after `lead_steps`
+// untimed DecodeSteps of one sequence around `lead_cached` tokens (request
+// 2, on the blocks after the prefill's); both requests are finished after
+// each. The executor must hold prefill_blocks_with_lead(..) KV blocks.
+std::vector<double> time_prefills(Executor& executor, int64_t tokens, int32_t block_size, int warm_up, int timed,
+                                  int lead_steps, int64_t lead_cached);
+int64_t prefill_blocks_with_lead(int64_t tokens, int32_t block_size, int lead_steps, int64_t lead_cached);
+
 // The seconds of `timed` successive DecodeSteps of `sequences` sequences
 // around `cached` tokens on `executor`, after `warm_up` untimed ones. The
 // executor must hold DecodeSteps::blocks(sequences, cached, warm_up +

@@ -43,12 +43,10 @@ InSituRefreshSettings in_situ_refresh_settings(const DeviceProfile& profile, int
 
 namespace {
 
-// KV blocks of the decode steps that lead each timed prefill.
-int64_t lead_blocks(const InSituRefreshSettings& s) {
-  return DecodeSteps::blocks(1, s.cached, InSituRefresher::kPrefillLeadSteps, s.block_size);
+// KV blocks of one prefill of t tokens (and its lead decode steps), and of the decode steps of b sequences.
+int64_t prefill_blocks(const InSituRefreshSettings& s, int64_t t) {
+  return calibration::prefill_blocks_with_lead(t, s.block_size, calibration::kPrefillLeadSteps, s.cached);
 }
-// KV blocks of one prefill of t tokens (and its lead), and of the decode steps of b sequences.
-int64_t prefill_blocks(const InSituRefreshSettings& s, int64_t t) { return ceil_div(t, s.block_size) + lead_blocks(s); }
 int64_t decode_blocks(const InSituRefreshSettings& s, int64_t b) {
   return DecodeSteps::blocks(b, s.cached, s.warm_up + s.timed, s.block_size);
 }
@@ -88,25 +86,14 @@ double InSituRefresher::latency_ns() const {
 
 void InSituRefresher::measure(Executor& executor, bool before) {
   const InSituRefreshSettings& s = settings_;
-  IterationResult result;
   for (int round = 0; round < s.rounds; ++round) {
     // Prefills: one untimed, then two timed (the full calibration's
-    // moment), each after kPrefillLeadSteps decode steps of another
-    // sequence, as a served prefill follows decode steps (on the 2-core VM
-    // served prefills after decode steps came out 1-2% slower against their
-    // prediction than those after a prefill).
+    // moment), each after calibration::kPrefillLeadSteps decode steps of
+    // another sequence, as a served prefill follows decode steps.
     for (int64_t t : s.prefill_tokens) {
-      const OneSequencePlan prefill(1, t, 0, true, s.block_size);
-      const int32_t lead_first_block = int32_t(ceil_div(t, s.block_size));
       const double latency_before = latency_ns();
-      std::vector<double> seconds;
-      for (int i = 0; i < 3; ++i) {
-        calibration::time_decode_steps(executor, 1, s.cached, s.block_size, kPrefillLeadSteps, 0, lead_first_block, 2);
-        result.reset();
-        executor.execute(prefill.plan(), result);
-        if (i > 0) seconds.push_back(result.duration_s);
-        executor.on_request_finished(1);  // each prefill of request 1 a new one
-      }
+      const std::vector<double> seconds =
+          calibration::time_prefills(executor, t, s.block_size, 1, 2, calibration::kPrefillLeadSteps, s.cached);
       const Placement placement = placement_of(latency_before, latency_ns());
       for (double sec : seconds) samples_.push_back({before, t, 1, 0, sec, placement});
     }

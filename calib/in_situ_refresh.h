@@ -128,9 +128,6 @@ class InSituRefresher {
   bool probe_between(Executor& executor, double now_s, int64_t served_sequences);
   const std::vector<TrackProbe>& probes() const { return probes_; }
   static constexpr int kIdleProbeWarmUp = 2, kIdleProbeTimed = 6;
-  // Untimed 1-sequence decode steps (request 2, on the blocks after the
-  // prefill's) before each of measure()'s prefills.
-  static constexpr int kPrefillLeadSteps = 2;
   static constexpr double kFirstIdleProbeGapS = 0.2, kIdleProbeIntervalS = 0.25, kBetweenProbeIntervalS = 0.5;
   // Far above any workload's request ids.
   static constexpr int64_t kProbeRequestId = int64_t(1) << 40;

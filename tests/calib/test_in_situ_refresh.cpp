@@ -115,7 +115,7 @@ TEST_CASE("in-situ refresh: the profile's shapes within the run's limits, the de
   CHECK(fit.block_size == 32);
   CHECK(fit.decode_batches == std::vector<int64_t>{1, 2, 4});
   // A prefill needs its blocks and its lead decode steps' after them.
-  const int64_t lead = calibration::DecodeSteps::blocks(1, s.cached, InSituRefresher::kPrefillLeadSteps, 32);
+  const int64_t lead = calibration::DecodeSteps::blocks(1, s.cached, calibration::kPrefillLeadSteps, 32);
   REQUIRE(128 / 32 + lead <= blocks);
   REQUIRE(512 / 32 + lead > blocks);
   CHECK(fit.prefill_tokens == std::vector<int64_t>{32, 128});
@@ -137,7 +137,7 @@ TEST_CASE("in-situ refresh: times every shape each round and sets f and g from w
   // Per round: 3 executions of each prefill (2 timed), each after its lead decode steps, and warm-up +
   // timed steps per batch size.
   CHECK(executor.executions ==
-        2 * s.rounds * (3 * 2 * (1 + InSituRefresher::kPrefillLeadSteps) + (s.warm_up + s.timed) * 2));
+        2 * s.rounds * (3 * 2 * (1 + calibration::kPrefillLeadSteps) + (s.warm_up + s.timed) * 2));
   const std::vector<InSituSample>& samples = refresher.samples();
   REQUIRE(samples.size() == size_t(2 * s.rounds * (2 * 2 + s.timed * 2)));
   int before = 0;
@@ -359,4 +359,24 @@ TEST_CASE("in-situ interleaving: probes between iterations at an interval, of th
   REQUIRE(levels.size() == 2);
   CHECK(levels[0].measured_over_predicted == Approx(1.0));
   CHECK(levels[1].measured_over_predicted == Approx(1.1));
+}
+
+TEST_CASE("time_prefills: each prefill after its lead decode steps, on the blocks after the prefill's") {
+  const DeviceProfile p = profile_with_factors();
+  const ProfileModel model(p, p.model);
+  KnownTimes executor(model);
+  const std::vector<double> seconds = calibration::time_prefills(executor, 32, 16, 1, 2, 2, 63);
+  CHECK(seconds.size() == 2);
+  const calibration::OneSequencePlan prefill(1, 32, 0, true, 16);
+  for (double s : seconds) CHECK(s == Approx(model.breakdown(prefill.plan()).total()));
+  CHECK(executor.request_ids == std::vector<int64_t>{2, 2, 1, 2, 2, 1, 2, 2, 1});
+  CHECK(std::count(executor.finished.begin(), executor.finished.end(), 1) == 3);
+  CHECK(std::count(executor.finished.begin(), executor.finished.end(), 2) == 3);
+  // 2 blocks of the prefill, then the lead's: 63 cached + 2 steps + 1 in blocks of 16.
+  CHECK(calibration::prefill_blocks_with_lead(32, 16, 2, 63) == 2 + 5);
+  CHECK(calibration::prefill_blocks_with_lead(32, 16, 0, 63) == 2);
+  // Without a lead: prefills only.
+  KnownTimes plain(model);
+  CHECK(calibration::time_prefills(plain, 32, 16, 1, 2, 0, 63).size() == 2);
+  CHECK(plain.request_ids == std::vector<int64_t>{1, 1, 1});
 }
