@@ -210,7 +210,8 @@ void measure_in_situ(DeviceProfile& p, Executor& executor, const std::vector<int
 }
 
 int64_t prefill_blocks_with_lead(int64_t tokens, int32_t block_size, int lead_steps, int64_t lead_cached) {
-  return ceil_div(tokens, block_size) + (lead_steps > 0 ? DecodeSteps::blocks(1, lead_cached, lead_steps, block_size) : 0);
+  const int64_t lead = lead_steps > 0 ? DecodeSteps::blocks(1, lead_cached, lead_steps, block_size) : 0;
+  return ceil_div(tokens, block_size) + lead;
 }
 
 std::vector<double> time_prefills(Executor& executor, int64_t tokens, int32_t block_size, int warm_up, int timed,

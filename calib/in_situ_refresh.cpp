@@ -56,7 +56,7 @@ int64_t decode_blocks(const InSituRefreshSettings& s, int64_t b) {
 int64_t track_probe_blocks(const InSituRefreshSettings& s) {
   int64_t largest = 1;
   for (int64_t b : s.decode_batches) largest = std::max(largest, b);
-  return DecodeSteps::blocks(largest, s.cached, InSituRefresher::kIdleProbeWarmUp + InSituRefresher::kIdleProbeTimed,
+  return DecodeSteps::blocks(largest, s.cached, InSituRefresher::kProbeWarmUp + InSituRefresher::kProbeTimed,
                              s.block_size);
 }
 
@@ -109,8 +109,8 @@ void InSituRefresher::measure(Executor& executor, bool before) {
 }
 
 std::vector<double> InSituRefresher::time_probe_steps(Executor& executor, int64_t sequences) const {
-  return calibration::time_decode_steps(executor, sequences, settings_.cached, settings_.block_size, kIdleProbeWarmUp,
-                                        kIdleProbeTimed, settings_.probe_first_block, kProbeRequestId);
+  return calibration::time_decode_steps(executor, sequences, settings_.cached, settings_.block_size, kProbeWarmUp,
+                                        kProbeTimed, settings_.probe_first_block, kProbeRequestId);
 }
 
 bool InSituRefresher::probe_idle(Executor& executor, double now_s, double until_s) {
@@ -148,11 +148,11 @@ std::vector<TrackLevel> track_levels(const DeviceProfile& refreshed, const InSit
   auto predicted = [&](int64_t b) {
     auto it = predicted_s.find(b);
     if (it != predicted_s.end()) return it->second;
-    DecodeSteps steps(b, s.cached, InSituRefresher::kIdleProbeWarmUp + InSituRefresher::kIdleProbeTimed,
+    DecodeSteps steps(b, s.cached, InSituRefresher::kProbeWarmUp + InSituRefresher::kProbeTimed,
                       s.block_size);
-    for (int k = 0; k < InSituRefresher::kIdleProbeWarmUp; ++k) steps.advance();
+    for (int k = 0; k < InSituRefresher::kProbeWarmUp; ++k) steps.advance();
     std::vector<double> each;
-    for (int k = 0; k < InSituRefresher::kIdleProbeTimed; ++k, steps.advance())
+    for (int k = 0; k < InSituRefresher::kProbeTimed; ++k, steps.advance())
       each.push_back(model.breakdown(steps.plan()).total());
     return predicted_s[b] = calibration::median(each);
   };

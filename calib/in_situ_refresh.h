@@ -111,7 +111,7 @@ class InSituRefresher {
   const InSituRefreshSettings& settings() const { return settings_; }
 
   // In an idle gap of the run from `now_s` to the next arrival at
-  // `until_s`: kIdleProbeWarmUp + kIdleProbeTimed 1-sequence decode steps
+  // `until_s`: kProbeWarmUp + kProbeTimed 1-sequence decode steps
   // (DecodeSteps around settings.cached) on `executor`, when the gap is
   // at least twice the last probe's length (kFirstIdleProbeGapS before the
   // first) and kIdleProbeIntervalS have passed since the last; nothing
@@ -127,7 +127,8 @@ class InSituRefresher {
   // passed since the last probe of either kind. Returns whether it probed.
   bool probe_between(Executor& executor, double now_s, int64_t served_sequences);
   const std::vector<TrackProbe>& probes() const { return probes_; }
-  static constexpr int kIdleProbeWarmUp = 2, kIdleProbeTimed = 6;
+  // Every tracking probe, in an idle gap or between iterations: untimed, then timed decode steps.
+  static constexpr int kProbeWarmUp = 2, kProbeTimed = 6;
   static constexpr double kFirstIdleProbeGapS = 0.2, kIdleProbeIntervalS = 0.25, kBetweenProbeIntervalS = 0.5;
   // Far above any workload's request ids.
   static constexpr int64_t kProbeRequestId = int64_t(1) << 40;

@@ -96,7 +96,7 @@ struct ServeHooks {
   // After every iteration (Runner::after_iteration, `last`), with the run's clock
   // stopped while it runs (WallClock::stopped_while): its time counts in no
   // request's latency and in no iteration. Returns whether it did anything
-  // (EngineOutput::stopped_clock counts those calls). Requests hold KV
+  // (EngineOutput::clock_stops counts those calls). Requests hold KV
   // blocks then: it must use blocks of its own (probe_kv_blocks) and
   // request ids outside the workload's.
   std::function<bool(Executor& decoder, double now_s, const IterationRecord& last)> between_iterations;

@@ -297,7 +297,7 @@ TEST_CASE("in-situ tracking: probes only in gaps long enough, levels relative to
   KnownTimes executor(model);
   const InSituRefreshSettings s = small_settings();
   InSituRefresher refresher(s, executor_latency_free());
-  const int steps = InSituRefresher::kIdleProbeWarmUp + InSituRefresher::kIdleProbeTimed;
+  const int steps = InSituRefresher::kProbeWarmUp + InSituRefresher::kProbeTimed;
   CHECK_FALSE(refresher.probe_idle(executor, 0.0, InSituRefresher::kFirstIdleProbeGapS / 2));  // too short a gap
   CHECK(executor.executions == 0);
   CHECK(refresher.probe_idle(executor, 1.0, 2.0));
@@ -351,8 +351,8 @@ TEST_CASE("in-situ interleaving: probes between iterations at an interval, of th
   CHECK(refresher.probes()[1].between_iterations);
   CHECK(executor.request_ids.back() == InSituRefresher::kProbeRequestId + 3);
   CHECK(track_probe_blocks(s) == calibration::DecodeSteps::blocks(4, s.cached,
-                                                                 InSituRefresher::kIdleProbeWarmUp +
-                                                                     InSituRefresher::kIdleProbeTimed,
+                                                                 InSituRefresher::kProbeWarmUp +
+                                                                     InSituRefresher::kProbeTimed,
                                                                  s.block_size));
   // Each probe over the prediction of its own shape: 1.0 and 1.1, whatever the batch.
   const auto levels = track_levels(p, s, refresher.probes(), TrackLevelBasis::Refresh);
