@@ -6,6 +6,7 @@
 #include <fstream>
 #include <limits>
 #include <stdexcept>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -17,6 +18,7 @@
 #include "kernels/decoder/device_choice.h"
 #include "sim/clock.h"
 #include "sim/errors.h"
+#include "sim/random.h"
 #include "sim/report.h"
 #include "sim/runner.h"
 
@@ -481,6 +483,13 @@ ValidationResult run_validation(const EngineSetup& setup, const Workload& worklo
     throw InputError(fmt::format("--in-situ {} and --anchor apply both correct the predictions for the device's "
                                  "drift: use one of them",
                                  in_situ_name(options.in_situ)));
+  if (options.predict_draws < 1 || options.predict_draws > kMaxPredictDraws)
+    throw InputError(fmt::format("--predict-draws {}: expected 1 .. {}", options.predict_draws, kMaxPredictDraws));
+  if (options.predict_jitter_sigma) {
+    if (options.predict_draws == 1)
+      throw InputError("--predict-jitter applies with --predict-draws N > 1 (one simulation is drawn without jitter)");
+    (void)CostJitter::lognormal(*options.predict_jitter_sigma);  // InputError when out of range
+  }
   const SchedulerConfig config = engine_scheduler_config(setup);
   std::optional<ProfileModel> draft_model = draft_cost_model(setup, profile, profile_source, options.draft_profile);
   const int32_t k = config.num_speculative_tokens;
@@ -649,17 +658,21 @@ ValidationResult run_validation(const EngineSetup& setup, const Workload& worklo
   v.replay = replay_timing(v.measured.records, v.iterations, v.predicted_iteration_s);
   v.replay_summary = summarize_run(v.replay, setup.slo);
 
-  // Predict: an independent simulation, same requests and scheduler settings.
-  {
+  // Predict: an independent simulation, same requests and scheduler
+  // settings; with draws, more of them with each cost jittered.
+  std::optional<AcceptanceModel> acceptance;
+  if (k > 0) {
+    if (!v.measured.speculative) throw std::logic_error("a speculative run reported no statistics");
+    acceptance = measured_acceptance(setup.speculative, *v.measured.speculative);
+    v.predict_acceptance = acceptance->to_json();
+  }
+  // One simulation; `jitter` null for the cost model's own durations.
+  auto simulate = [&](const CostJitter* jitter, uint64_t jitter_seed,
+                      std::optional<SpeculativeStats>* speculative_out) {
     Scheduler scheduler(v.measured.scheduler);
     ProfileModel& executor = cost_model;  // stateless: replay's model, re-anchored
     std::optional<SpeculativeCostModel> speculative;
-    if (k > 0) {
-      if (!v.measured.speculative) throw std::logic_error("a speculative run reported no statistics");
-      const AcceptanceModel acceptance = measured_acceptance(setup.speculative, *v.measured.speculative);
-      v.predict_acceptance = acceptance.to_json();
-      speculative.emplace(executor, *draft_model, acceptance, k, setup.workload.seed);
-    }
+    if (k > 0) speculative.emplace(executor, *draft_model, *acceptance, k, setup.workload.seed);
     VirtualClock clock;
     std::optional<PlacementTimelineExecutor> in_placement;
     if (placement_applied) {
@@ -675,10 +688,39 @@ ValidationResult run_validation(const EngineSetup& setup, const Workload& worklo
     Executor& in_its_placement = in_placement ? static_cast<Executor&>(*in_placement) : executor;
     LevelTimelineExecutor at_level(in_its_placement, clock, levels);
     Executor& costed = levels.empty() ? in_its_placement : at_level;
-    Runner runner(scheduler, speculative ? static_cast<Executor&>(*speculative) : costed, clock);
-    v.predict = runner.run(workload);
-    v.predict_summary = summarize_run(v.predict, setup.slo);
-    if (speculative) v.predict_speculative = *speculative->speculative_stats();
+    Executor& modelled = speculative ? static_cast<Executor&>(*speculative) : costed;
+    std::optional<JitteredExecutor> jittered;
+    if (jitter) jittered.emplace(modelled, *jitter, jitter_seed);
+    Runner runner(scheduler, jittered ? static_cast<Executor&>(*jittered) : modelled, clock);
+    RunRecords records = runner.run(workload);
+    if (speculative && speculative_out) *speculative_out = *speculative->speculative_stats();
+    return records;
+  };
+  v.predict = simulate(nullptr, 0, &v.predict_speculative);
+  v.predict_single_summary = summarize_run(v.predict, setup.slo);
+  v.predict_summary = v.predict_single_summary;
+  if (options.predict_draws > 1) {
+    const CostJitter jitter =
+        options.predict_jitter_sigma
+            ? CostJitter::lognormal(*options.predict_jitter_sigma)
+            : CostJitter::resampled(noise_around_rolling_level(measured_s, v.predicted_iteration_s),
+                                    "the real run's iterations: measured / predicted, over its rolling median "
+                                    "across 51 iterations");
+    v.predict_jitter = jitter.to_json();
+    std::vector<Distribution> ttft, tpot, e2e;
+    for (int d = 0; d < options.predict_draws; ++d) {
+      RunRecords drawn = simulate(&jitter, splitmix64_finalize(setup.workload.seed ^ (uint64_t(d) + 1)), nullptr);
+      const RunSummary s = summarize_run(drawn, setup.slo);
+      ttft.push_back(s.ttft_s);
+      tpot.push_back(s.tpot_s);
+      e2e.push_back(s.e2e_s);
+    }
+    v.predict_ttft_band = band_over_draws(ttft);
+    v.predict_tpot_band = band_over_draws(tpot);
+    v.predict_e2e_band = band_over_draws(e2e);
+    v.predict_summary.ttft_s = v.predict_ttft_band->median;
+    v.predict_summary.tpot_s = v.predict_tpot_band->median;
+    v.predict_summary.e2e_s = v.predict_e2e_band->median;
   }
   return v;
 }
@@ -810,6 +852,20 @@ nlohmann::json validation_report_json(const ValidationResult& v, ValidationMode 
   j["ttft_s"] = comparison_json(m.ttft_s, p.ttft_s);
   j["tpot_s"] = comparison_json(m.tpot_s, p.tpot_s);
   j["e2e_s"] = comparison_json(m.e2e_s, p.e2e_s);
+  if (mode == ValidationMode::Predict && v.predict_ttft_band) {
+    // The median over the draws is `predicted`; beside it their band and
+    // the one simulation without jitter.
+    const RunSummary& single = v.predict_single_summary;
+    for (auto [name, band, measured, one] :
+         {std::tuple{"ttft_s", &*v.predict_ttft_band, &m.ttft_s, &single.ttft_s},
+          std::tuple{"tpot_s", &*v.predict_tpot_band, &m.tpot_s, &single.tpot_s},
+          std::tuple{"e2e_s", &*v.predict_e2e_band, &m.e2e_s, &single.e2e_s}}) {
+      j[name]["draws"] = band_json(*band);
+      const nlohmann::json alone = comparison_json(*measured, *one);
+      j[name]["single_simulation"] = {{"predicted", alone["predicted"]}, {"rel_error", alone["rel_error"]}};
+    }
+    j["predict_draws"] = {{"draws", v.predict_ttft_band->draws}, {"jitter", v.predict_jitter}};
+  }
   j["measured"] = run_json(m, v.measured.records);
   j["predicted_run"] = run_json(p, records_of(v, mode));
   j["profile"] = v.profile_source;
@@ -841,6 +897,10 @@ nlohmann::json validation_report_json(const ValidationResult& v, ValidationMode 
        "the real run's iterations costed by the profile and re-timed on the replay clock; each request "
        "is timed from its arrival read on that clock"},
       {"predict", "an independent simulation of the same workload and scheduler with the profile"},
+      {"predict_draws",
+       "with --predict-draws N > 1, predict's statistics are the medians over N simulations, each "
+       "iteration's cost times a multiplier drawn from `jitter`; `draws` gives each statistic's 10th and "
+       "90th percentile over them, `single_simulation` the one simulation without jitter"},
       {"tpot_s", "per request with >= 2 output tokens: (last token - first token) / (tokens - 1)"}};
   j["percentiles"] = "linear interpolation between closest ranks (numpy default, Hyndman-Fan type 7)";
   j["config"] = v.config;
@@ -931,6 +991,14 @@ std::string format_validation_table(const ValidationResult& v, ValidationMode mo
   block("TTFT", m.ttft_s, p.ttft_s);
   block("TPOT", m.tpot_s, p.tpot_s);
   block("E2E", m.e2e_s, p.e2e_s);
+  if (v.predict_ttft_band) {
+    const DrawBand &tt = *v.predict_ttft_band, &tp = *v.predict_tpot_band;
+    auto ms = [](double s) { return fmt::format("{:.2f}", s * 1e3); };
+    t += fmt::format("  predict: medians over {} jittered simulations; P10-P90 over them: TTFT p50 {}-{}, p90 "
+                     "{}-{}; TPOT p50 {}-{}, p90 {}-{} ms\n",
+                     tt.draws, ms(tt.p10.p50), ms(tt.p90.p50), ms(tt.p10.p90), ms(tt.p90.p90), ms(tp.p10.p50),
+                     ms(tp.p90.p50), ms(tp.p10.p90), ms(tp.p90.p90));
+  }
 
   const ValidationMode other = mode == ValidationMode::Replay ? ValidationMode::Predict : ValidationMode::Replay;
   const RunSummary& o = summary_of(v, other);

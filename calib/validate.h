@@ -31,6 +31,8 @@
 #include "calib/profile.h"
 #include "kernels/decoder/engine.h"
 #include "sim/clock.h"
+#include "sim/cost_jitter.h"
+#include "sim/draw_band.h"
 #include "sim/executor.h"
 #include "sim/metrics.h"
 #include "sim/scheduler.h"
@@ -200,8 +202,15 @@ struct ValidationResult {
   IterationErrors iteration;
   RunRecords replay;                           // replay_timing with the predicted costs
   RunSummary replay_summary;
-  RunRecords predict;                          // the independent simulation
+  RunRecords predict;                          // the independent simulation (no jitter)
+  // What predict reports: `predict`'s summary, with TTFT, TPOT and E2E the
+  // medians over the draws when ValidationOptions::predict_draws > 1.
   RunSummary predict_summary;
+  RunSummary predict_single_summary;           // `predict`'s own
+  // With predict_draws > 1: the jitter drawn (CostJitter::to_json) and the
+  // band of each statistic over the draws; else null and empty.
+  nlohmann::json predict_jitter;
+  std::optional<DrawBand> predict_ttft_band, predict_tpot_band, predict_e2e_band;
   // A speculative run: what the predict simulation's acceptance model drew
   // (the real run's statistics are in measured.speculative), and that model.
   std::optional<SpeculativeStats> predict_speculative;
@@ -273,9 +282,23 @@ struct ValidationOptions {
   // every probe runs where served steps run (none after an idle wait); its
   // levels are the probes' own (TrackLevelBasis::Refresh).
   enum class InSitu { Profile, Refresh, Track, Interleave } in_situ = InSitu::Profile;
+  // Predict's simulations (sim/cost_jitter.h, sim/draw_band.h). 1: one
+  // simulation with the cost model's durations. N > 1: that one and N
+  // seeded simulations more, each iteration's cost times a multiplier drawn
+  // from the device's noise, and the median over those N of each TTFT,
+  // TPOT and E2E statistic predicted (their 10th-90th percentile band
+  // reported beside it). The noise: with predict_jitter_sigma, lognormal of
+  // that sigma; without, the real run's own iteration noise -- each
+  // iteration's measured time over its predicted cost, around the rolling
+  // median of that ratio over 51 iterations (noise_around_rolling_level),
+  // resampled. That takes only the spread of the run's iterations, not
+  // their level or order.
+  int predict_draws = 1;
+  std::optional<double> predict_jitter_sigma;
   // The separate draft's profile of a speculative run (see run_validation).
   const DeviceProfile* draft_profile = nullptr;
 };
+inline constexpr int kMaxPredictDraws = 1000;  // ValidationOptions::predict_draws
 
 // Serves `workload` for real with `setup` and predicts it both ways with a
 // ProfileModel built from `profile` (InputError if it was measured for

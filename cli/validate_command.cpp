@@ -57,7 +57,17 @@ int validate_command(int argc, const char* const* argv) {
       ("mode", po::value<std::string>()->default_value("predict"),
        "which prediction report.json describes: replay (the real run's iterations costed by the "
        "profile: the cost model's error alone) | predict (an independent simulation of the "
-       "workload: what a what-if relies on); both are always computed and written");
+       "workload: what a what-if relies on); both are always computed and written")
+      ("predict-draws", po::value<int>()->default_value(1),
+       "predict's simulations: 1 simulates once with the cost model's durations; N > 1 also simulates N "
+       "times with each iteration's cost jittered by the device's noise and predicts the median of each "
+       "statistic over those (report.json gives their 10th-90th percentile band and the one simulation "
+       "without jitter): near saturation a queue's percentiles move by several percent with a 0.5% change "
+       "of the costs, so one simulation is one draw of them (1 .. 1000)")
+      ("predict-jitter", po::value<double>(),
+       "with --predict-draws N > 1: each cost times exp(SIGMA z), z standard normal (SIGMA in [0, 1]); "
+       "default: the real run's own iteration noise (each measured time over its predicted cost, over "
+       "the rolling median of that ratio across 51 iterations), resampled");
   po::options_description output("Output", kHelpWidth);
   output.add_options()
       ("out", po::value<std::string>(),
@@ -90,6 +100,16 @@ int validate_command(int argc, const char* const* argv) {
   if (in_situ != "profile" && anchor == "apply")
     throw InputError(fmt::format("--in-situ {} and --anchor apply both correct the predictions for the device's "
                                  "drift: use one of them", in_situ));
+  const int predict_draws = vm["predict-draws"].as<int>();
+  if (predict_draws < 1 || predict_draws > kMaxPredictDraws)
+    throw InputError(fmt::format("--predict-draws {}: expected 1 .. {}", predict_draws, kMaxPredictDraws));
+  std::optional<double> predict_jitter;
+  if (vm.count("predict-jitter")) {
+    if (predict_draws == 1)
+      throw InputError("--predict-jitter applies with --predict-draws N > 1 (one simulation is drawn without jitter)");
+    predict_jitter = vm["predict-jitter"].as<double>();
+    (void)CostJitter::lognormal(*predict_jitter);  // InputError when out of range
+  }
   if (!vm.count("out")) throw InputError("--out is required: the folder for report.json and the CSVs");
   // A GPU that is not there: exit 2, saying why, before any calibration or folder.
   require_device(parse_device(setup.device));
@@ -163,6 +183,8 @@ int validate_command(int argc, const char* const* argv) {
                     : in_situ == "track" ? ValidationOptions::InSitu::Track
                     : in_situ == "interleave" ? ValidationOptions::InSitu::Interleave
                                          : ValidationOptions::InSitu::Profile;
+  options.predict_draws = predict_draws;
+  options.predict_jitter_sigma = predict_jitter;
   ValidationResult result = run_validation(setup, workload, profile, profile_source, callbacks, options);
   if (!quiet && stderr_is_terminal()) std::fprintf(stderr, "\n");
   result.profile_saved_as = saved_as;

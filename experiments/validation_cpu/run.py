@@ -108,6 +108,9 @@ def main():
                          "differ from those before it by more than --max-drift; track also times the served "
                          "decoder in the run's idle gaps and scales each iteration by the level around its time; "
                          "interleave times it between served iterations instead, with the run's clock stopped")
+    ap.add_argument("--predict-draws", type=int, default=1,
+                    help="validate's --predict-draws: predict's statistics as medians over N jittered simulations "
+                         "(summary.csv then also gives the one simulation without jitter, single_*)")
     ap.add_argument("--profile", help="use this profile instead of calibrating one")
     ap.add_argument("--max-drift", type=float, default=0.0,
                     help="rerun a point whose anchor probes (a whole-model decode step and an n^3 GEMM, just "
@@ -160,7 +163,7 @@ def main():
                                 "--profile", profile, "--scheduler", scheduler, "--arrival", "poisson",
                                 "--rate", str(rate), "--num-requests", str(n), "--seed", "1", "--quiet",
                                 "--anchor", opts.anchor, "--placement", opts.placement, "--in-situ", opts.in_situ,
-                                "--out", out]
+                                "--predict-draws", str(opts.predict_draws), "--out", out]
                                + opts.validate_args.split()),
                 point, opts.anchor, opts.max_drift, opts.attempts, attempts)
             for mode in ["replay", "predict"]:
@@ -179,6 +182,9 @@ def main():
                     "ttft_p90_rel_error": r["ttft_s"]["rel_error"]["p90"],
                     "tpot_p50_rel_error": r["tpot_s"]["rel_error"]["p50"],
                     "tpot_p90_rel_error": r["tpot_s"]["rel_error"]["p90"],
+                    **{f"single_{m}_{q}_rel_error":
+                       r[f"{m}_s"].get("single_simulation", {}).get("rel_error", {}).get(q, float("nan"))
+                       for m in ("ttft", "tpot") for q in ("p50", "p90")},
                     "measured_ttft_p50_s": r["ttft_s"]["measured"]["p50"],
                     "measured_tpot_p50_s": r["tpot_s"]["measured"]["p50"],
                 })
@@ -208,6 +214,7 @@ def main():
             "commit": commit, "machine": f"{cpu} ({os.cpu_count()} cores), {platform.node()}",
             "model": opts.model, "device": opts.device, "loads": loads, "schedulers": SCHEDULERS, "seed": 1,
             "max_drift": opts.max_drift, "attempts": opts.attempts, "in_situ": opts.in_situ,
+            "predict_draws": opts.predict_draws,
             "calibration_placement_shares": calibration_shares}
     with open(os.path.join(opts.out, "metadata.json"), "w") as f:
         json.dump(meta, f, indent=2)

@@ -526,6 +526,50 @@ TEST_CASE("validate: a tiny model end to end with a quick calibration") {
   CHECK(il.measured.summary.completed == int64_t(workload.requests.size()));
   CHECK(validation_report_json(il, ValidationMode::Replay)["config"]["clock_stopped"]["times"] ==
         il.measured.clock_stops);
+  // Predict over jittered draws: the medians over the draws are predicted,
+  // inside the band the report gives, beside the one simulation without
+  // jitter; the noise is the run's own unless a sigma is given.
+  ValidationOptions draws;
+  draws.predict_draws = 9;
+  const ValidationResult dv = run_validation(setup, workload, profile, "quick calibration", {}, draws);
+  REQUIRE(dv.predict_ttft_band);
+  REQUIRE(dv.predict_tpot_band);
+  CHECK(dv.predict_ttft_band->draws == 9);
+  CHECK(dv.predict_jitter["kind"] == "resampled");
+  CHECK(dv.predict_jitter["count"].get<size_t>() == dv.iterations.size());
+  for (const DrawBand* band : {&*dv.predict_ttft_band, &*dv.predict_tpot_band, &*dv.predict_e2e_band}) {
+    CHECK(band->p10.p50 <= band->median.p50);
+    CHECK(band->median.p50 <= band->p90.p50);
+    CHECK(band->p10.p90 <= band->p90.p90);
+  }
+  CHECK(dv.predict_ttft_band->p10.mean < dv.predict_ttft_band->p90.mean);  // the draws differ
+  CHECK(dv.predict_summary.ttft_s.p90 == dv.predict_ttft_band->median.p90);
+  CHECK(dv.predict_summary.tpot_s.p50 == dv.predict_tpot_band->median.p50);
+  CHECK(dv.predict_single_summary.completed == 8);
+  const nlohmann::json dj = validation_report_json(dv, ValidationMode::Predict);
+  CHECK(dj["predict_draws"]["draws"] == 9);
+  CHECK(dj["ttft_s"]["draws"]["p90"]["p90"].get<double>() == dv.predict_ttft_band->p90.p90);
+  CHECK(dj["tpot_s"]["single_simulation"]["rel_error"]["p50"].get<double>() ==
+        Approx(dv.predict_single_summary.tpot_s.p50 / dv.measured.summary.tpot_s.p50 - 1));
+  CHECK_FALSE(validation_report_json(dv, ValidationMode::Replay).contains("predict_draws"));
+  CHECK(format_validation_table(dv, ValidationMode::Predict, "t").find("9 jittered simulations") !=
+        std::string::npos);
+  draws.predict_jitter_sigma = 0.03;
+  const ValidationResult lv = run_validation(setup, workload, profile, "quick calibration", {}, draws);
+  CHECK(lv.predict_jitter["kind"] == "lognormal");
+  // Bad draw settings are refused before anything is served.
+  ValidationOptions bad;
+  bad.predict_draws = 0;
+  CHECK(test::input_error_of([&] { run_validation(setup, workload, profile, "p", {}, bad); })
+            .find("--predict-draws 0") != std::string::npos);
+  bad.predict_draws = 1;
+  bad.predict_jitter_sigma = 0.05;
+  CHECK(test::input_error_of([&] { run_validation(setup, workload, profile, "p", {}, bad); })
+            .find("--predict-draws N > 1") != std::string::npos);
+  bad.predict_draws = 5;
+  bad.predict_jitter_sigma = -1;
+  CHECK(test::input_error_of([&] { run_validation(setup, workload, profile, "p", {}, bad); }).find("sigma") !=
+        std::string::npos);
   // Refresh and re-anchoring both correct for drift: not both.
   refresh.anchor = ValidationOptions::Anchor::Apply;
   CHECK(test::input_error_of([&] { run_validation(setup, workload, profile, "p", {}, refresh); })

@@ -577,6 +577,19 @@ def in_situ_flag_errors(ctx):
         check("--in-situ" in p.stdout and mode in p.stdout, f"validate --help lacks --in-situ {mode}")
 
 
+@case
+def predict_draws_flag_errors(ctx):
+    # --predict-draws and --predict-jitter name what is wrong, before anything runs.
+    expect_input_error(ctx, ["validate", "--predict-draws", "0", "--out", ctx.path("v")], ["--predict-draws 0"])
+    expect_input_error(ctx, ["validate", "--predict-draws", "1001", "--out", ctx.path("v")], ["--predict-draws 1001"])
+    expect_input_error(ctx, ["validate", "--predict-jitter", "0.05", "--out", ctx.path("v")],
+                       ["--predict-jitter", "--predict-draws"])
+    expect_input_error(ctx, ["validate", "--predict-draws", "9", "--predict-jitter", "3", "--out", ctx.path("v")],
+                       ["sigma 3"])
+    p = ctx.ok("validate", "--help")
+    check("--predict-draws" in p.stdout and "--predict-jitter" in p.stdout, "validate --help lacks --predict-draws")
+
+
 def run_case_from_argv(cases, description):
     """The command line every tests/cli/*_test.py script shares: --list, or run one case."""
     ap = argparse.ArgumentParser(description=description)

@@ -1,0 +1,53 @@
+#include "sim/draw_band.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "sim/errors.h"
+
+namespace servesim {
+namespace {
+
+// p-th percentile over the draws of one field.
+double field_percentile(const std::vector<Distribution>& draws, double Distribution::*field, double p) {
+  std::vector<double> values;
+  values.reserve(draws.size());
+  for (const Distribution& d : draws) values.push_back(d.*field);
+  std::sort(values.begin(), values.end());
+  return percentile_sorted(values, p);
+}
+
+Distribution at_percentile(const std::vector<Distribution>& draws, double p) {
+  Distribution out;
+  for (double Distribution::*field : {&Distribution::mean, &Distribution::p50, &Distribution::p90,
+                                       &Distribution::p95, &Distribution::p99, &Distribution::min,
+                                       &Distribution::max})
+    out.*field = field_percentile(draws, field, p);
+  std::vector<double> counts;
+  for (const Distribution& d : draws) counts.push_back(double(d.count));
+  std::sort(counts.begin(), counts.end());
+  out.count = int64_t(std::llround(percentile_sorted(counts, p)));
+  return out;
+}
+
+nlohmann::json quantiles_json(const Distribution& d) {
+  return {{"mean", d.mean}, {"p50", d.p50}, {"p90", d.p90}, {"p99", d.p99}};
+}
+
+}  // namespace
+
+DrawBand band_over_draws(const std::vector<Distribution>& draws) {
+  if (draws.empty()) throw InputError("band_over_draws: no draws");
+  DrawBand band;
+  band.draws = int64_t(draws.size());
+  band.p10 = at_percentile(draws, 10);
+  band.median = at_percentile(draws, 50);
+  band.p90 = at_percentile(draws, 90);
+  return band;
+}
+
+nlohmann::json band_json(const DrawBand& band) {
+  return {{"draws", band.draws}, {"p10", quantiles_json(band.p10)}, {"p90", quantiles_json(band.p90)}};
+}
+
+}  // namespace servesim

@@ -1,0 +1,31 @@
+// The centre and spread of a latency statistic over seeded simulations.
+//
+// With a cost jitter (sim/cost_jitter.h) each simulation of the same
+// workload is one draw of the percentiles a run can have; over N draws the
+// median of each statistic is the prediction, and the 10th and 90th
+// percentiles of it over the draws say how far one run may land from it.
+#pragma once
+
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "sim/stats.h"
+
+namespace servesim {
+
+struct DrawBand {
+  int64_t draws = 0;
+  // Each field of Distribution (count, mean, p50, ...) taken over the
+  // draws: its 10th percentile, median and 90th percentile.
+  Distribution p10, median, p90;
+};
+
+// InputError when `draws` is empty.
+DrawBand band_over_draws(const std::vector<Distribution>& draws);
+
+// {draws, p10 {mean, p50, p90, p99}, p90 {...}}: the band around the median
+// (the median itself is reported as the prediction).
+nlohmann::json band_json(const DrawBand& band);
+
+}  // namespace servesim
