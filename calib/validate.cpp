@@ -18,7 +18,6 @@
 #include "kernels/decoder/device_choice.h"
 #include "sim/clock.h"
 #include "sim/errors.h"
-#include "sim/random.h"
 #include "sim/report.h"
 #include "sim/runner.h"
 
@@ -483,8 +482,8 @@ ValidationResult run_validation(const EngineSetup& setup, const Workload& worklo
     throw InputError(fmt::format("--in-situ {} and --anchor apply both correct the predictions for the device's "
                                  "drift: use one of them",
                                  in_situ_name(options.in_situ)));
-  if (options.predict_draws < 1 || options.predict_draws > kMaxPredictDraws)
-    throw InputError(fmt::format("--predict-draws {}: expected 1 .. {}", options.predict_draws, kMaxPredictDraws));
+  if (options.predict_draws < 1 || options.predict_draws > kMaxDraws)
+    throw InputError(fmt::format("--predict-draws {}: expected 1 .. {}", options.predict_draws, kMaxDraws));
   if (options.predict_jitter_sigma) {
     if (options.predict_draws == 1)
       throw InputError("--predict-jitter applies with --predict-draws N > 1 (one simulation is drawn without jitter)");
@@ -707,20 +706,13 @@ ValidationResult run_validation(const EngineSetup& setup, const Workload& worklo
                                     "the real run's iterations: measured / predicted, over its rolling median "
                                     "across 51 iterations");
     v.predict_jitter = jitter.to_json();
-    std::vector<Distribution> ttft, tpot, e2e;
+    std::vector<RunSummary> drawn;
     for (int d = 0; d < options.predict_draws; ++d) {
-      RunRecords drawn = simulate(&jitter, splitmix64_finalize(setup.workload.seed ^ (uint64_t(d) + 1)), nullptr);
-      const RunSummary s = summarize_run(drawn, setup.slo);
-      ttft.push_back(s.ttft_s);
-      tpot.push_back(s.tpot_s);
-      e2e.push_back(s.e2e_s);
+      RunRecords records = simulate(&jitter, draw_seed(setup.workload.seed, d), nullptr);
+      drawn.push_back(summarize_run(records, setup.slo));
     }
-    v.predict_ttft_band = band_over_draws(ttft);
-    v.predict_tpot_band = band_over_draws(tpot);
-    v.predict_e2e_band = band_over_draws(e2e);
-    v.predict_summary.ttft_s = v.predict_ttft_band->median;
-    v.predict_summary.tpot_s = v.predict_tpot_band->median;
-    v.predict_summary.e2e_s = v.predict_e2e_band->median;
+    v.predict_bands = band_latencies(drawn);
+    v.predict_summary = with_medians(v.predict_single_summary, *v.predict_bands);
   }
   return v;
 }
@@ -852,19 +844,19 @@ nlohmann::json validation_report_json(const ValidationResult& v, ValidationMode 
   j["ttft_s"] = comparison_json(m.ttft_s, p.ttft_s);
   j["tpot_s"] = comparison_json(m.tpot_s, p.tpot_s);
   j["e2e_s"] = comparison_json(m.e2e_s, p.e2e_s);
-  if (mode == ValidationMode::Predict && v.predict_ttft_band) {
+  if (mode == ValidationMode::Predict && v.predict_bands) {
     // The median over the draws is `predicted`; beside it their band and
     // the one simulation without jitter.
     const RunSummary& single = v.predict_single_summary;
     for (auto [name, band, measured, one] :
-         {std::tuple{"ttft_s", &*v.predict_ttft_band, &m.ttft_s, &single.ttft_s},
-          std::tuple{"tpot_s", &*v.predict_tpot_band, &m.tpot_s, &single.tpot_s},
-          std::tuple{"e2e_s", &*v.predict_e2e_band, &m.e2e_s, &single.e2e_s}}) {
+         {std::tuple{"ttft_s", &v.predict_bands->ttft_s, &m.ttft_s, &single.ttft_s},
+          std::tuple{"tpot_s", &v.predict_bands->tpot_s, &m.tpot_s, &single.tpot_s},
+          std::tuple{"e2e_s", &v.predict_bands->e2e_s, &m.e2e_s, &single.e2e_s}}) {
       j[name]["draws"] = band_json(*band);
       const nlohmann::json alone = comparison_json(*measured, *one);
       j[name]["single_simulation"] = {{"predicted", alone["predicted"]}, {"rel_error", alone["rel_error"]}};
     }
-    j["predict_draws"] = {{"draws", v.predict_ttft_band->draws}, {"jitter", v.predict_jitter}};
+    j["predict_draws"] = {{"draws", v.predict_bands->ttft_s.draws}, {"jitter", v.predict_jitter}};
   }
   j["measured"] = run_json(m, v.measured.records);
   j["predicted_run"] = run_json(p, records_of(v, mode));
@@ -991,8 +983,8 @@ std::string format_validation_table(const ValidationResult& v, ValidationMode mo
   block("TTFT", m.ttft_s, p.ttft_s);
   block("TPOT", m.tpot_s, p.tpot_s);
   block("E2E", m.e2e_s, p.e2e_s);
-  if (v.predict_ttft_band) {
-    const DrawBand &tt = *v.predict_ttft_band, &tp = *v.predict_tpot_band;
+  if (v.predict_bands) {
+    const DrawBand &tt = v.predict_bands->ttft_s, &tp = v.predict_bands->tpot_s;
     auto ms = [](double s) { return fmt::format("{:.2f}", s * 1e3); };
     t += fmt::format("  predict: medians over {} jittered simulations; P10-P90 over them: TTFT p50 {}-{}, p90 "
                      "{}-{}; TPOT p50 {}-{}, p90 {}-{} ms\n",

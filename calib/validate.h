@@ -210,7 +210,7 @@ struct ValidationResult {
   // With predict_draws > 1: the jitter drawn (CostJitter::to_json) and the
   // band of each statistic over the draws; else null and empty.
   nlohmann::json predict_jitter;
-  std::optional<DrawBand> predict_ttft_band, predict_tpot_band, predict_e2e_band;
+  std::optional<LatencyBands> predict_bands;
   // A speculative run: what the predict simulation's acceptance model drew
   // (the real run's statistics are in measured.speculative), and that model.
   std::optional<SpeculativeStats> predict_speculative;
@@ -240,6 +240,10 @@ struct ValidationCallbacks {
   std::function<void(const std::string&)> on_ready;      // decoder built
   std::function<void(const std::string&)> note;          // anchor probes and the like
 };
+
+// Predict's jittered simulations by default (ValidationOptions::predict_draws):
+// each costs a simulation of the workload, milliseconds for a validation's.
+inline constexpr int kDefaultPredictDraws = 51;
 
 struct ValidationOptions {
   // The profiles' anchor probes (calib/anchor.h), measured again just
@@ -283,7 +287,7 @@ struct ValidationOptions {
   // levels are the probes' own (TrackLevelBasis::Refresh).
   enum class InSitu { Profile, Refresh, Track, Interleave } in_situ = InSitu::Profile;
   // Predict's simulations (sim/cost_jitter.h, sim/draw_band.h). 1: one
-  // simulation with the cost model's durations. N > 1: that one and N
+  // simulation with the cost model's durations. N > 1 (the default): that one and N
   // seeded simulations more, each iteration's cost times a multiplier drawn
   // from the device's noise, and the median over those N of each TTFT,
   // TPOT and E2E statistic predicted (their 10th-90th percentile band
@@ -293,12 +297,11 @@ struct ValidationOptions {
   // median of that ratio over 51 iterations (noise_around_rolling_level),
   // resampled. That takes only the spread of the run's iterations, not
   // their level or order.
-  int predict_draws = 1;
+  int predict_draws = kDefaultPredictDraws;
   std::optional<double> predict_jitter_sigma;
   // The separate draft's profile of a speculative run (see run_validation).
   const DeviceProfile* draft_profile = nullptr;
 };
-inline constexpr int kMaxPredictDraws = 1000;  // ValidationOptions::predict_draws
 
 // Serves `workload` for real with `setup` and predicts it both ways with a
 // ProfileModel built from `profile` (InputError if it was measured for

@@ -13,6 +13,8 @@
 #include "cli/common_options.h"
 #include "cli/output.h"
 #include "kernels/decoder/engine.h"
+#include "sim/cost_jitter.h"
+#include "sim/draw_band.h"
 #include "sim/errors.h"
 #include "sim/report.h"
 #include "sim/simulation.h"
@@ -96,8 +98,20 @@ int simulate_command(int argc, const char* const* argv) {
        "--hardware memory rule, except for a cpu profile with --hardware left at its default: "
        "the blocks that 1 GiB of fp32 KV cache holds (as `servesim run`'s --kv-cache-memory "
        "default)");
+  po::options_description draws("Draws: the spread one run may have", kHelpWidth);
+  draws.add_options()
+      ("draws", po::value<int>()->default_value(1),
+       "1 simulates once with the cost model's durations; N > 1 also simulates N times with each "
+       "iteration's cost jittered (--cost-jitter) and reports the median of each TTFT, TPOT and E2E "
+       "statistic over those, with their 10th-90th percentile band (summary.json's draws; requests.csv "
+       "and iterations.csv stay the simulation without jitter): near saturation a queue's percentiles "
+       "move by several percent with a 0.5% change of every cost, so one simulation is one draw (1 .. 1000)")
+      ("cost-jitter", po::value<std::string>(),
+       "with --draws N > 1: SIGMA (each cost times exp(SIGMA z), z standard normal, SIGMA in [0, 1]), or "
+       "a `servesim validate --predict-draws` report.json, whose predict_draws.jitter is the noise that "
+       "device's iterations measured");
   po::options_description all(kHelpWidth);
-  all.add(general).add(output_options()).add(workload_options()).add(scheduler_options())
+  all.add(general).add(draws).add(output_options()).add(workload_options()).add(scheduler_options())
       .add(speculative_options()).add(roofline_options()).add(slo_options());
 
   const po::variables_map vm = parse_or_throw(argc, argv, all);
@@ -144,6 +158,19 @@ int simulate_command(int argc, const char* const* argv) {
   if (vm.count("draft-profile") && !(use_profile && vm.count("draft-model")))
     throw InputError("--draft-profile applies with --profile and --draft-model");
   const bool quiet = vm.count("quiet") > 0;
+  const int num_draws = vm["draws"].as<int>();
+  if (num_draws < 1 || num_draws > kMaxDraws)
+    throw InputError(fmt::format("--draws {}: expected 1 .. {}", num_draws, kMaxDraws));
+  CostJitter jitter;
+  if (vm.count("cost-jitter")) {
+    if (num_draws == 1)
+      throw InputError("--cost-jitter applies with --draws N > 1 (one simulation is drawn without jitter)");
+    jitter = CostJitter::from_flag(vm["cost-jitter"].as<std::string>(), "--cost-jitter");
+  } else if (num_draws > 1) {
+    throw InputError(fmt::format("--draws {} needs --cost-jitter: a sigma, or a validate report.json that "
+                                 "measured the device's noise",
+                                 num_draws));
+  }
 
   std::optional<ProfileModel> profile_model, draft_profile_model;
   bool hardware_sizes_kv = !setup.scheduler.num_gpu_blocks;
@@ -185,15 +212,34 @@ int simulate_command(int argc, const char* const* argv) {
 
   const auto wall_start = std::chrono::steady_clock::now();
   const Workload workload = make_workload(setup.workload);
-  std::optional<SpeculativeCostModel> speculative_profile;
-  if (profile_model && k > 0)
-    speculative_profile.emplace(*profile_model, *draft_profile_model, *setup.acceptance, k, setup.workload.seed);
-  Executor* profile_executor = speculative_profile ? static_cast<Executor*>(&*speculative_profile)
-                                                   : profile_model ? static_cast<Executor*>(&*profile_model) : nullptr;
-  SimulationOutput out = profile_executor
-                             ? simulate_with_executor(setup, workload, *profile_executor,
-                                                      progress_printer("simulate", quiet))
-                             : simulate_workload(setup, workload, progress_printer("simulate", quiet));
+  // One simulation of `s` (a speculative model draws acceptance from its
+  // own generator, so each simulation gets a fresh one).
+  auto simulate_once = [&](const SimulationSetup& s, std::function<void(const RunProgress&)> progress) {
+    if (!profile_model) return simulate_workload(s, workload, std::move(progress));
+    std::optional<SpeculativeCostModel> speculative_profile;
+    if (k > 0)
+      speculative_profile.emplace(*profile_model, *draft_profile_model, *s.acceptance, k, s.workload.seed);
+    Executor& executor = speculative_profile ? static_cast<Executor&>(*speculative_profile) : *profile_model;
+    return simulate_with_executor(s, workload, executor, std::move(progress));
+  };
+  SimulationOutput out = simulate_once(setup, progress_printer("simulate", quiet));
+  std::optional<LatencyBands> bands;
+  const RunSummary single = out.summary;
+  if (num_draws > 1) {
+    std::vector<RunSummary> drawn;
+    SimulationSetup jittered = setup;
+    jittered.jitter = jitter;
+    jittered.keep_iterations = false;
+    for (int d = 0; d < num_draws; ++d) {
+      jittered.jitter_seed = draw_seed(setup.workload.seed, d);
+      drawn.push_back(simulate_once(jittered, {}).summary);
+      if (!quiet)
+        std::fprintf(stderr, "%ssimulate: draw %d/%d%s", stderr_is_terminal() ? "\r" : "", d + 1, num_draws,
+                     stderr_is_terminal() ? "" : "\n");
+    }
+    bands = band_latencies(drawn);
+    out.summary = with_medians(out.summary, *bands);
+  }
   const double wall_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
 
@@ -216,12 +262,37 @@ int simulate_command(int argc, const char* const* argv) {
     device = fmt::format("{} (profile)", profile->device_description.empty() ? profile->device_kind
                                                                               : profile->device_description);
   }
-  const nlohmann::json summary = summary_to_json(out.summary, setup.slo, config);
+  nlohmann::json summary = summary_to_json(out.summary, setup.slo, config);
+  if (bands) {
+    auto stats = [](const Distribution& d) {
+      return nlohmann::json{{"mean", d.mean}, {"p50", d.p50}, {"p90", d.p90}, {"p99", d.p99}};
+    };
+    summary["draws"] = {
+        {"draws", num_draws},
+        {"jitter", jitter.to_json()},
+        {"ttft_s", band_json(bands->ttft_s)},
+        {"tpot_s", band_json(bands->tpot_s)},
+        {"e2e_s", band_json(bands->e2e_s)},
+        {"single_simulation", {{"ttft_s", stats(single.ttft_s)}, {"tpot_s", stats(single.tpot_s)},
+                               {"e2e_s", stats(single.e2e_s)}}},
+        {"meaning", "ttft_s, tpot_s and e2e_s above are the medians over the draws of each statistic; here their "
+                    "10th and 90th percentiles over the draws, and the one simulation without jitter (whose "
+                    "requests and iterations the CSVs hold)"}};
+  }
   emit_results(vm, out.records, out.summary, summary,
-               fmt::format("servesim simulate: {} on {}, {} scheduler, {} requests ({})", setup.model.name,
+               fmt::format("servesim simulate: {} on {}, {} scheduler, {} requests ({}){}", setup.model.name,
                            device, to_string(out.scheduler.policy), workload.requests.size(),
-                           to_string(setup.workload.arrival)),
+                           to_string(setup.workload.arrival),
+                           bands ? fmt::format("; medians over {} jittered simulations", num_draws) : ""),
                out.speculative ? &*out.speculative : nullptr);
+  if (bands && !vm.count("json")) {
+    auto ms = [](double x) { return fmt::format("{:.2f}", x * 1e3); };
+    const DrawBand &tt = bands->ttft_s, &tp = bands->tpot_s;
+    std::cout << fmt::format("  draws      P10-P90 over {} draws (ms): TTFT p50 {}-{}, p90 {}-{}; TPOT p50 {}-{}, "
+                             "p90 {}-{}\n",
+                             num_draws, ms(tt.p10.p50), ms(tt.p90.p50), ms(tt.p10.p90), ms(tt.p90.p90), ms(tp.p10.p50),
+                             ms(tp.p90.p50), ms(tp.p10.p90), ms(tp.p90.p90));
+  }
   if (!quiet)
     std::fprintf(stderr, "%ssimulated %lld output tokens in %.2f s wall time (%.2f M tokens/s)\n",
                  wall_s > 1 && stderr_is_terminal() ? "\n" : "", (long long)out.summary.output_tokens,

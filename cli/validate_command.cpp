@@ -58,12 +58,12 @@ int validate_command(int argc, const char* const* argv) {
        "which prediction report.json describes: replay (the real run's iterations costed by the "
        "profile: the cost model's error alone) | predict (an independent simulation of the "
        "workload: what a what-if relies on); both are always computed and written")
-      ("predict-draws", po::value<int>()->default_value(1),
-       "predict's simulations: 1 simulates once with the cost model's durations; N > 1 also simulates N "
-       "times with each iteration's cost jittered by the device's noise and predicts the median of each "
-       "statistic over those (report.json gives their 10th-90th percentile band and the one simulation "
-       "without jitter): near saturation a queue's percentiles move by several percent with a 0.5% change "
-       "of the costs, so one simulation is one draw of them (1 .. 1000)")
+      ("predict-draws", po::value<int>()->default_value(kDefaultPredictDraws),
+       "predict's simulations: N > 1 simulates N times with each iteration's cost jittered by the device's "
+       "noise and predicts the median of each statistic over those (report.json gives their 10th-90th "
+       "percentile band, and the one simulation without jitter): near saturation a queue's percentiles "
+       "move by several percent with a 0.5% change of the costs, so one simulation is one draw of them; 1 "
+       "simulates once with the cost model's durations (1 .. 1000)")
       ("predict-jitter", po::value<double>(),
        "with --predict-draws N > 1: each cost times exp(SIGMA z), z standard normal (SIGMA in [0, 1]); "
        "default: the real run's own iteration noise (each measured time over its predicted cost, over "
@@ -101,8 +101,8 @@ int validate_command(int argc, const char* const* argv) {
     throw InputError(fmt::format("--in-situ {} and --anchor apply both correct the predictions for the device's "
                                  "drift: use one of them", in_situ));
   const int predict_draws = vm["predict-draws"].as<int>();
-  if (predict_draws < 1 || predict_draws > kMaxPredictDraws)
-    throw InputError(fmt::format("--predict-draws {}: expected 1 .. {}", predict_draws, kMaxPredictDraws));
+  if (predict_draws < 1 || predict_draws > kMaxDraws)
+    throw InputError(fmt::format("--predict-draws {}: expected 1 .. {}", predict_draws, kMaxDraws));
   std::optional<double> predict_jitter;
   if (vm.count("predict-jitter")) {
     if (predict_draws == 1)

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
+#include <sstream>
 #include <utility>
 
 #include <fmt/format.h>
@@ -51,6 +53,8 @@ nlohmann::json CostJitter::to_json() const {
     case Kind::Resampled: {
       std::vector<double> sorted = multipliers_;
       const Distribution d = summarize(sorted);
+      std::vector<double> quantiles;
+      for (int q = 0; q <= 100; ++q) quantiles.push_back(percentile_sorted(sorted, q));
       return {{"kind", "resampled"},
               {"source", source_},
               {"count", d.count},
@@ -58,10 +62,64 @@ nlohmann::json CostJitter::to_json() const {
               {"mean", d.mean},
               {"p10", percentile_sorted(sorted, 10)},
               {"p90", d.p90},
+              {"quantiles", quantiles},
               {"meaning", "each iteration's cost times one of the multipliers, drawn uniformly with replacement"}};
     }
   }
   return {};
+}
+
+CostJitter CostJitter::from_json(const nlohmann::json& j, const std::string& source) {
+  const std::string kind = j.is_object() && j.contains("kind") && j["kind"].is_string() ? j["kind"].get<std::string>()
+                                                                                        : std::string();
+  if (kind == "none") return CostJitter();
+  if (kind == "lognormal" && j.contains("sigma") && j["sigma"].is_number())
+    return lognormal(j["sigma"].get<double>());
+  if (kind == "resampled" && j.contains("quantiles") && j["quantiles"].is_array()) {
+    std::vector<double> q;
+    for (const nlohmann::json& x : j["quantiles"]) {
+      if (!x.is_number()) throw InputError(fmt::format("{}: jitter quantile {} is not a number", source, x.dump()));
+      q.push_back(x.get<double>());
+    }
+    return resampled(std::move(q), fmt::format("{} (its 101 quantiles of: {})", source, j.value("source", "?")));
+  }
+  throw InputError(fmt::format("{}: not a cost jitter (expected kind none, lognormal with sigma, or resampled with "
+                               "quantiles)",
+                               source));
+}
+
+CostJitter CostJitter::from_flag(const std::string& value, const std::string& flag) {
+  const std::string what = flag + " " + value;
+  size_t used = 0;
+  double sigma = 0;
+  try {
+    sigma = std::stod(value, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used > 0 && used == value.size()) {
+    try {
+      return lognormal(sigma);
+    } catch (const InputError& e) {
+      throw InputError(fmt::format("{}: {}", what, e.what()));
+    }
+  }
+  std::ifstream in(value);
+  if (!in) throw InputError(fmt::format("{}: neither a sigma nor a file that can be opened", what));
+  nlohmann::json j;
+  try {
+    in >> j;
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(fmt::format("{}: not valid JSON ({})", what, e.what()));
+  }
+  if (j.is_object() && j.contains("predict_draws") && j["predict_draws"].is_object() &&
+      j["predict_draws"].contains("jitter"))
+    return from_json(j["predict_draws"]["jitter"], what);
+  if (j.is_object() && j.contains("mode") && !j.contains("predict_draws"))
+    throw InputError(fmt::format("{}: a validate report without predict_draws (validate with --predict-draws N > 1 "
+                                 "measures the jitter; report_predict.json has it)",
+                                 what));
+  return from_json(j, what);
 }
 
 std::vector<double> noise_around_rolling_level(const std::vector<double>& measured_s,

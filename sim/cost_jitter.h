@@ -35,8 +35,19 @@ class CostJitter {
 
   bool active() const { return kind_ != Kind::None; }
   double draw(Rng& rng) const;
-  // {kind, sigma | (source, count, median, mean, p10, p90)}.
+  // {kind, sigma | (source, count, median, mean, p10, p90, quantiles: the
+  // multipliers' 0th, 1st, ..., 100th percentile)}.
   nlohmann::json to_json() const;
+  // The jitter to_json describes (a resampled one as its 101 quantiles, a
+  // close copy of the multipliers' distribution); `source` names the file
+  // in errors and the result. InputError when it is not such an object.
+  static CostJitter from_json(const nlohmann::json& j, const std::string& source);
+  // A flag's value: a number is a lognormal sigma; anything else a JSON
+  // file, either `servesim validate`'s report.json (report_predict.json) of
+  // a run with --predict-draws, whose predict_draws.jitter is the device's
+  // measured noise, or such a jitter object itself. InputError, naming
+  // `flag`, otherwise.
+  static CostJitter from_flag(const std::string& value, const std::string& flag);
 
  private:
   enum class Kind { None, Lognormal, Resampled } kind_ = Kind::None;

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "sim/errors.h"
+#include "sim/random.h"
 
 namespace servesim {
 namespace {
@@ -49,5 +50,24 @@ DrawBand band_over_draws(const std::vector<Distribution>& draws) {
 nlohmann::json band_json(const DrawBand& band) {
   return {{"draws", band.draws}, {"p10", quantiles_json(band.p10)}, {"p90", quantiles_json(band.p90)}};
 }
+
+LatencyBands band_latencies(const std::vector<RunSummary>& draws) {
+  std::vector<Distribution> ttft, tpot, e2e;
+  for (const RunSummary& s : draws) {
+    ttft.push_back(s.ttft_s);
+    tpot.push_back(s.tpot_s);
+    e2e.push_back(s.e2e_s);
+  }
+  return {band_over_draws(ttft), band_over_draws(tpot), band_over_draws(e2e)};
+}
+
+RunSummary with_medians(RunSummary summary, const LatencyBands& bands) {
+  summary.ttft_s = bands.ttft_s.median;
+  summary.tpot_s = bands.tpot_s.median;
+  summary.e2e_s = bands.e2e_s.median;
+  return summary;
+}
+
+uint64_t draw_seed(uint64_t seed, int draw) { return splitmix64_finalize(seed ^ (uint64_t(draw) + 1)); }
 
 }  // namespace servesim

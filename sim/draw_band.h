@@ -10,9 +10,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "sim/metrics.h"
 #include "sim/stats.h"
 
 namespace servesim {
+
+// The most simulations one prediction draws.
+inline constexpr int kMaxDraws = 1000;
 
 struct DrawBand {
   int64_t draws = 0;
@@ -27,5 +31,16 @@ DrawBand band_over_draws(const std::vector<Distribution>& draws);
 // {draws, p10 {mean, p50, p90, p99}, p90 {...}}: the band around the median
 // (the median itself is reported as the prediction).
 nlohmann::json band_json(const DrawBand& band);
+
+// TTFT, TPOT and E2E over the draws' summaries (InputError when none).
+struct LatencyBands {
+  DrawBand ttft_s, tpot_s, e2e_s;
+};
+LatencyBands band_latencies(const std::vector<RunSummary>& draws);
+// `summary` with its TTFT, TPOT and E2E the medians over the draws.
+RunSummary with_medians(RunSummary summary, const LatencyBands& bands);
+
+// The jitter seed of draw `draw` (0, 1, ...) of a simulation seeded `seed`.
+uint64_t draw_seed(uint64_t seed, int draw);
 
 }  // namespace servesim

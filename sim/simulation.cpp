@@ -50,7 +50,9 @@ SimulationOutput run_simulation(const SimulationSetup& setup, const SchedulerCon
   out.scheduler = config;
   Scheduler scheduler(out.scheduler);
   VirtualClock clock;
-  Runner runner(scheduler, executor, clock);
+  std::optional<JitteredExecutor> jittered;
+  if (setup.jitter.active()) jittered.emplace(executor, setup.jitter, setup.jitter_seed);
+  Runner runner(scheduler, jittered ? static_cast<Executor&>(*jittered) : executor, clock);
   runner.keep_iterations(setup.keep_iterations);
   if (progress) runner.on_progress(std::move(progress));
   out.records = runner.run(workload);

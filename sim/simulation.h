@@ -10,6 +10,7 @@
 
 #include "sim/acceptance.h"
 #include "sim/draft_model.h"
+#include "sim/cost_jitter.h"
 #include "sim/executor.h"
 #include "sim/hardware_spec.h"
 #include "sim/metrics.h"
@@ -57,6 +58,10 @@ struct SimulationSetup {
   // and the acceptance model (sim/speculative_cost.h).
   std::optional<DraftModel> draft;
   std::optional<AcceptanceModel> acceptance;
+  // Each iteration's cost times a multiplier drawn from `jitter`, seeded by
+  // `jitter_seed` (sim/cost_jitter.h); none by default.
+  CostJitter jitter;
+  uint64_t jitter_seed = 0;
 };
 
 struct SimulationOutput {

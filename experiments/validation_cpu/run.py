@@ -108,7 +108,7 @@ def main():
                          "differ from those before it by more than --max-drift; track also times the served "
                          "decoder in the run's idle gaps and scales each iteration by the level around its time; "
                          "interleave times it between served iterations instead, with the run's clock stopped")
-    ap.add_argument("--predict-draws", type=int, default=1,
+    ap.add_argument("--predict-draws", type=int, default=51,
                     help="validate's --predict-draws: predict's statistics as medians over N jittered simulations "
                          "(summary.csv then also gives the one simulation without jitter, single_*)")
     ap.add_argument("--profile", help="use this profile instead of calibrating one")

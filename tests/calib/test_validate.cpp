@@ -532,23 +532,23 @@ TEST_CASE("validate: a tiny model end to end with a quick calibration") {
   ValidationOptions draws;
   draws.predict_draws = 9;
   const ValidationResult dv = run_validation(setup, workload, profile, "quick calibration", {}, draws);
-  REQUIRE(dv.predict_ttft_band);
-  REQUIRE(dv.predict_tpot_band);
-  CHECK(dv.predict_ttft_band->draws == 9);
+  REQUIRE(dv.predict_bands);
+  const LatencyBands& bands = *dv.predict_bands;
+  CHECK(bands.ttft_s.draws == 9);
   CHECK(dv.predict_jitter["kind"] == "resampled");
   CHECK(dv.predict_jitter["count"].get<size_t>() == dv.iterations.size());
-  for (const DrawBand* band : {&*dv.predict_ttft_band, &*dv.predict_tpot_band, &*dv.predict_e2e_band}) {
+  for (const DrawBand* band : {&bands.ttft_s, &bands.tpot_s, &bands.e2e_s}) {
     CHECK(band->p10.p50 <= band->median.p50);
     CHECK(band->median.p50 <= band->p90.p50);
     CHECK(band->p10.p90 <= band->p90.p90);
   }
-  CHECK(dv.predict_ttft_band->p10.mean < dv.predict_ttft_band->p90.mean);  // the draws differ
-  CHECK(dv.predict_summary.ttft_s.p90 == dv.predict_ttft_band->median.p90);
-  CHECK(dv.predict_summary.tpot_s.p50 == dv.predict_tpot_band->median.p50);
+  CHECK(bands.ttft_s.p10.mean < bands.ttft_s.p90.mean);  // the draws differ
+  CHECK(dv.predict_summary.ttft_s.p90 == bands.ttft_s.median.p90);
+  CHECK(dv.predict_summary.tpot_s.p50 == bands.tpot_s.median.p50);
   CHECK(dv.predict_single_summary.completed == 8);
   const nlohmann::json dj = validation_report_json(dv, ValidationMode::Predict);
   CHECK(dj["predict_draws"]["draws"] == 9);
-  CHECK(dj["ttft_s"]["draws"]["p90"]["p90"].get<double>() == dv.predict_ttft_band->p90.p90);
+  CHECK(dj["ttft_s"]["draws"]["p90"]["p90"].get<double>() == bands.ttft_s.p90.p90);
   CHECK(dj["tpot_s"]["single_simulation"]["rel_error"]["p50"].get<double>() ==
         Approx(dv.predict_single_summary.tpot_s.p50 / dv.measured.summary.tpot_s.p50 - 1));
   CHECK_FALSE(validation_report_json(dv, ValidationMode::Replay).contains("predict_draws"));

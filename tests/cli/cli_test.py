@@ -255,6 +255,57 @@ def simulate_goodput(ctx):
 
 
 @case
+def simulate_draws(ctx):
+    # --draws N: the medians over N jittered simulations, their band, and the
+    # one simulation without jitter (whose requests the CSV holds).
+    base = ["--num-requests", "300", "--rate", "30", "--seed", "4"]
+    single = ctx.path("single")
+    ctx.simulate(*base, "--out", single)
+    out = ctx.path("draws")
+    p = ctx.simulate(*base, "--draws", "21", "--cost-jitter", "0.05", "--out", out)
+    check("medians over 21 jittered simulations" in p.stdout and "P10-P90" in p.stdout, "no draws in the table")
+    s, one = load_summary(out), load_summary(single)
+    d = s["draws"]
+    check(d["draws"] == 21 and d["jitter"]["kind"] == "lognormal" and d["jitter"]["sigma"] == 0.05,
+          f"draws {d['draws']}, jitter {d['jitter']}")
+    for m in ["ttft_s", "tpot_s", "e2e_s"]:
+        for q in ["mean", "p50", "p90"]:
+            check(d[m]["p10"][q] <= s[m][q] <= d[m]["p90"][q], f"{m}.{q} {s[m][q]} outside its band {d[m]}")
+            check(close(d["single_simulation"][m][q], one[m][q]), f"single_simulation {m}.{q} is not the plain run's")
+    check(d["ttft_s"]["p10"]["p90"] < d["ttft_s"]["p90"]["p90"], "the draws do not differ")
+    # The CSVs are the simulation without jitter: the plain run's, byte for byte.
+    with open(os.path.join(out, "requests.csv")) as a, open(os.path.join(single, "requests.csv")) as b:
+        check(a.read() == b.read(), "requests.csv differs from the simulation without jitter")
+    # The same flags draw the same medians.
+    again = ctx.path("again")
+    ctx.simulate(*base, "--draws", "21", "--cost-jitter", "0.05", "--out", again)
+    check(load_summary(again)["ttft_s"] == s["ttft_s"], "the same seed drew different medians")
+    # A jitter read from a file (validate's report.json carries it as predict_draws.jitter).
+    os.makedirs(ctx.work_dir, exist_ok=True)
+    jitter = ctx.path("jitter.json")
+    with open(jitter, "w") as f:
+        json.dump({"mode": "predict", "predict_draws": {"draws": 9, "jitter": {
+            "kind": "resampled", "quantiles": [0.95 + 0.001 * i for i in range(101)]}}}, f)
+    p = ctx.simulate(*base, "--draws", "5", "--cost-jitter", jitter, "--json")
+    check(json.loads(p.stdout)["draws"]["jitter"]["kind"] == "resampled", "the file's jitter was not used")
+
+
+@case
+def simulate_draws_flag_errors(ctx):
+    expect_input_error(ctx, ["simulate", "--draws", "0"], ["--draws 0"])
+    expect_input_error(ctx, ["simulate", "--draws", "5"], ["--draws 5", "--cost-jitter"])
+    expect_input_error(ctx, ["simulate", "--cost-jitter", "0.05"], ["--cost-jitter", "--draws"])
+    expect_input_error(ctx, ["simulate", "--draws", "5", "--cost-jitter", "-0.2"], ["--cost-jitter -0.2"])
+    expect_input_error(ctx, ["simulate", "--draws", "5", "--cost-jitter", ctx.path("missing.json")],
+                       ["--cost-jitter", "missing.json"])
+    os.makedirs(ctx.work_dir, exist_ok=True)
+    report = ctx.path("report.json")
+    with open(report, "w") as f:
+        json.dump({"mode": "predict", "ttft_s": {}}, f)
+    expect_input_error(ctx, ["simulate", "--draws", "5", "--cost-jitter", report], ["without predict_draws"])
+
+
+@case
 def simulate_json(ctx):
     p = ctx.simulate("--num-requests", "100", "--json", "--seed", "18446744073709551615",
                      "--slo-ttft", "1s")
@@ -582,7 +633,7 @@ def predict_draws_flag_errors(ctx):
     # --predict-draws and --predict-jitter name what is wrong, before anything runs.
     expect_input_error(ctx, ["validate", "--predict-draws", "0", "--out", ctx.path("v")], ["--predict-draws 0"])
     expect_input_error(ctx, ["validate", "--predict-draws", "1001", "--out", ctx.path("v")], ["--predict-draws 1001"])
-    expect_input_error(ctx, ["validate", "--predict-jitter", "0.05", "--out", ctx.path("v")],
+    expect_input_error(ctx, ["validate", "--predict-draws", "1", "--predict-jitter", "0.05", "--out", ctx.path("v")],
                        ["--predict-jitter", "--predict-draws"])
     expect_input_error(ctx, ["validate", "--predict-draws", "9", "--predict-jitter", "3", "--out", ctx.path("v")],
                        ["sigma 3"])

@@ -63,6 +63,36 @@ TEST_CASE("Cost jitter: none, lognormal and resampled multipliers", "[jitter]") 
   }
 }
 
+TEST_CASE("Cost jitter: written as JSON and read back, from a flag's number or file", "[jitter]") {
+  Rng rng(3);
+  const CostJitter lognormal = CostJitter::from_json(CostJitter::lognormal(0.04).to_json(), "x");
+  CHECK(lognormal.to_json()["sigma"].get<double>() == 0.04);
+  // A resampled jitter travels as its 101 quantiles.
+  std::vector<double> multipliers;
+  for (int i = 0; i < 500; ++i) multipliers.push_back(0.9 + 0.0004 * i);  // 0.9 .. 1.0996
+  const nlohmann::json written = CostJitter::resampled(multipliers, "a run").to_json();
+  REQUIRE(written["quantiles"].size() == 101);
+  CHECK(written["quantiles"][0].get<double>() == 0.9);
+  CHECK(written["quantiles"][100].get<double>() == Approx(1.0996));
+  const CostJitter read = CostJitter::from_json(written, "report.json");
+  CHECK(read.to_json()["median"].get<double>() == Approx(written["median"].get<double>()).epsilon(0.001));
+  for (int i = 0; i < 100; ++i) {
+    const double m = read.draw(rng);
+    CHECK(m >= 0.9);
+    CHECK(m <= 1.0997);
+  }
+  CHECK(CostJitter::from_flag("0.03", "--cost-jitter").to_json()["sigma"].get<double>() == 0.03);
+  CHECK(input_error_of([] { CostJitter::from_flag("2", "--cost-jitter"); }).find("--cost-jitter 2") !=
+        std::string::npos);
+  CHECK(input_error_of([] { CostJitter::from_flag("/no/such/file.json", "--cost-jitter"); })
+            .find("/no/such/file.json") != std::string::npos);
+  const TempFile report("jitter_report", nlohmann::json{{"predict_draws", {{"jitter", written}}}}.dump(), ".json");
+  CHECK(CostJitter::from_flag(report.path(), "--cost-jitter").to_json()["kind"] == "resampled");
+  const TempFile other("jitter_other", R"({"kind": "gaussian"})", ".json");
+  CHECK(input_error_of([&] { CostJitter::from_flag(other.path(), "--cost-jitter"); }).find("not a cost jitter") !=
+        std::string::npos);
+}
+
 TEST_CASE("Cost jitter: the noise around a run's rolling level", "[jitter]") {
   // Costs predicted at 1 ms; the device ran at a level of 2x, then 3x from
   // iteration 200, with a repeating noise pattern whose median is 1.
