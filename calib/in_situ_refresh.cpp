@@ -128,7 +128,7 @@ bool InSituRefresher::probe_idle(Executor& executor, double now_s, double until_
 }
 
 bool InSituRefresher::probe_between(Executor& executor, double now_s, int64_t served_sequences) {
-  if (!probes_.empty() && now_s - probes_.back().time_s < kBetweenProbeIntervalS) return false;
+  if (!probes_.empty() && now_s - probes_.back().time_s < settings_.between_probe_interval_s) return false;
   int64_t sequences = 1;
   for (int64_t b : settings_.decode_batches)
     if (b <= served_sequences) sequences = std::max(sequences, b);

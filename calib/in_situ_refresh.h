@@ -59,6 +59,9 @@ struct InSituRefreshSettings {
   // scheduler's blocks (ServeHooks::probe_kv_blocks) to probe between
   // served iterations, when requests hold blocks.
   int32_t probe_first_block = 0;
+  // Interleaving: run-clock seconds from one probe between served
+  // iterations to the next (InSituRefresher::probe_between).
+  double between_probe_interval_s = 0.5;
 };
 
 // The settings for `profile` and a run of at most `max_num_seqs` sequences,
@@ -123,13 +126,14 @@ class InSituRefresher {
   // as the refresh timed it (the largest of settings.decode_batches not
   // above it, else 1: a 1-sequence step's speed moves in ways a batch's
   // does not), on the KV blocks from settings.probe_first_block and
-  // request ids from kProbeRequestId, when kBetweenProbeIntervalS have
-  // passed since the last probe of either kind. Returns whether it probed.
+  // request ids from kProbeRequestId, when settings.between_probe_interval_s
+  // have passed since the last probe of either kind. Returns whether it
+  // probed.
   bool probe_between(Executor& executor, double now_s, int64_t served_sequences);
   const std::vector<TrackProbe>& probes() const { return probes_; }
   // Every tracking probe, in an idle gap or between iterations: untimed, then timed decode steps.
   static constexpr int kProbeWarmUp = 2, kProbeTimed = 6;
-  static constexpr double kFirstIdleProbeGapS = 0.2, kIdleProbeIntervalS = 0.25, kBetweenProbeIntervalS = 0.5;
+  static constexpr double kFirstIdleProbeGapS = 0.2, kIdleProbeIntervalS = 0.25;
   // Far above any workload's request ids.
   static constexpr int64_t kProbeRequestId = int64_t(1) << 40;
 

@@ -482,6 +482,9 @@ ValidationResult run_validation(const EngineSetup& setup, const Workload& worklo
     throw InputError(fmt::format("--in-situ {} and --anchor apply both correct the predictions for the device's "
                                  "drift: use one of them",
                                  in_situ_name(options.in_situ)));
+  if (!(options.interleave_interval_s >= 0.01 && options.interleave_interval_s <= 60))
+    throw InputError(fmt::format("--interleave-interval {}: expected 0.01 .. 60 seconds",
+                                 options.interleave_interval_s));
   if (options.predict_draws < 1 || options.predict_draws > kMaxDraws)
     throw InputError(fmt::format("--predict-draws {}: expected 1 .. {}", options.predict_draws, kMaxDraws));
   if (options.predict_jitter_sigma) {
@@ -533,6 +536,7 @@ ValidationResult run_validation(const EngineSetup& setup, const Workload& worklo
       in_situ_refresh_settings(profile, config.max_num_seqs, config.max_num_batched_tokens, config.max_model_len);
   settings.block_size = config.block_size;
   settings.probe_first_block = int32_t(config.num_gpu_blocks);
+  settings.between_probe_interval_s = options.interleave_interval_s;
   if (options.in_situ != ValidationOptions::InSitu::Profile) {
     if (device.cuda)
       v.in_situ = {{"refreshed", false}, {"reason", "cuda (a GPU keeps its speed from one run to the next)"}};
@@ -652,6 +656,14 @@ ValidationResult run_validation(const EngineSetup& setup, const Workload& worklo
     kinds.push_back(it.kind());
   }
   v.iteration = iteration_errors(measured_s, v.predicted_iteration_s, kinds);
+  if (measured_s.size() >= 2) {
+    v.iteration_noise = noise_around_rolling_level(measured_s, v.predicted_iteration_s);
+    double sum = 0;
+    for (double n : v.iteration_noise) sum += std::abs(1.0 / n - 1.0);
+    v.iteration_mape_floor = v.iteration_noise.empty() ? std::nan("") : sum / double(v.iteration_noise.size());
+  } else {
+    v.iteration_mape_floor = std::nan("");
+  }
 
   // Replay: the real iterations re-timed with their predicted costs.
   v.replay = replay_timing(v.measured.records, v.iterations, v.predicted_iteration_s);
@@ -698,11 +710,15 @@ ValidationResult run_validation(const EngineSetup& setup, const Workload& worklo
   v.predict = simulate(nullptr, 0, &v.predict_speculative);
   v.predict_single_summary = summarize_run(v.predict, setup.slo);
   v.predict_summary = v.predict_single_summary;
-  if (options.predict_draws > 1) {
+  if (options.predict_draws > 1 && !options.predict_jitter_sigma && v.iteration_noise.size() < 2)
+    v.warnings.push_back(fmt::format("--predict-draws {}: one simulation only, the run had too few iterations to "
+                                     "measure its noise",
+                                     options.predict_draws));
+  else if (options.predict_draws > 1) {
     const CostJitter jitter =
         options.predict_jitter_sigma
             ? CostJitter::lognormal(*options.predict_jitter_sigma)
-            : CostJitter::resampled(noise_around_rolling_level(measured_s, v.predicted_iteration_s),
+            : CostJitter::resampled(v.iteration_noise,
                                     "the real run's iterations: measured / predicted, over its rolling median "
                                     "across 51 iterations");
     v.predict_jitter = jitter.to_json();
@@ -840,7 +856,8 @@ nlohmann::json validation_report_json(const ValidationResult& v, ValidationMode 
                           {{"all", number(v.iteration.all.bias)},
                            {"decode", number(v.iteration.decode.bias)},
                            {"prefill", number(v.iteration.prefill.bias)},
-                           {"mixed", number(v.iteration.mixed.bias)}}}};
+                           {"mixed", number(v.iteration.mixed.bias)}}},
+                         {"floor", number(v.iteration_mape_floor)}};
   j["ttft_s"] = comparison_json(m.ttft_s, p.ttft_s);
   j["tpot_s"] = comparison_json(m.tpot_s, p.tpot_s);
   j["e2e_s"] = comparison_json(m.e2e_s, p.e2e_s);
@@ -885,6 +902,10 @@ nlohmann::json validation_report_json(const ValidationResult& v, ValidationMode 
        "mean over the real run's iterations of |predicted cost - measured time| / measured time; "
        "decode: no prefill sequence, prefill: no decode sequence, mixed: both; null when a class is empty"},
       {"iteration_mape.bias", "mean over the same iterations of predicted / measured - 1"},
+      {"iteration_mape.floor",
+       "the MAPE with each prediction scaled by the rolling median of measured / predicted over the 51 "
+       "iterations around it: what a model that knew the run's level at every moment would have, the "
+       "iteration-to-iteration noise no cost model predicts"},
       {"replay",
        "the real run's iterations costed by the profile and re-timed on the replay clock; each request "
        "is timed from its arrival read on that clock"},
@@ -967,6 +988,8 @@ std::string format_validation_table(const ValidationResult& v, ValidationMode mo
   klass("decode", v.iteration.decode);
   klass("prefill", v.iteration.prefill);
   klass("mixed", v.iteration.mixed);
+  t += fmt::format("    {:<8} {:>7}            the run's own noise: MAPE with its level known at every moment\n",
+                   "floor", abs_pct(v.iteration_mape_floor));
 
   const RunSummary& p = summary_of(v, mode);
   t += fmt::format("  per request, {} mode (ms; error = predicted / measured - 1)\n", to_string(mode));

@@ -200,6 +200,14 @@ struct ValidationResult {
   std::vector<RecordedIteration> iterations;   // every plan the real run executed
   std::vector<double> predicted_iteration_s;   // ProfileModel cost of each
   IterationErrors iteration;
+  // The run's iteration noise (sim/cost_jitter.h: noise_around_rolling_level):
+  // each iteration's measured time over its predicted cost, over that
+  // ratio's rolling median across 51 iterations. The MAPE of predictions
+  // scaled by that rolling median (mean |1 / noise - 1|) is the error a
+  // model that knew the run's level at every moment, and nothing else,
+  // would have: the floor iteration_mape.all cannot go below on this run.
+  std::vector<double> iteration_noise;
+  double iteration_mape_floor = 0;
   RunRecords replay;                           // replay_timing with the predicted costs
   RunSummary replay_summary;
   RunRecords predict;                          // the independent simulation (no jitter)
@@ -278,14 +286,14 @@ struct ValidationOptions {
   // time.
   // Interleave times decode steps of the served batch (the largest of the
   // refresh's batch sizes not above the last iteration's) between served
-  // iterations instead, every
-  // InSituRefresher::kBetweenProbeIntervalS of the run's clock, with the
+  // iterations instead, every interleave_interval_s of the run's clock, with the
   // clock stopped while they run (ServeHooks::between_iterations: no
   // request's latency and no iteration includes them) on KV blocks of
   // their own, so the busy stretches of a loaded run are followed too and
   // every probe runs where served steps run (none after an idle wait); its
   // levels are the probes' own (TrackLevelBasis::Refresh).
   enum class InSitu { Profile, Refresh, Track, Interleave } in_situ = InSitu::Profile;
+  double interleave_interval_s = 0.5;  // 0.01 .. 60
   // Predict's simulations (sim/cost_jitter.h, sim/draw_band.h). 1: one
   // simulation with the cost model's durations. N > 1 (the default): that one and N
   // seeded simulations more, each iteration's cost times a multiplier drawn

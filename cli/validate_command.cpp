@@ -54,6 +54,9 @@ int validate_command(int argc, const char* const* argv) {
        "cost by the level they measured around its time, relative to their median; interleave times decode "
        "steps of the served batch between served iterations instead, every 0.5 s of the run's clock, with "
        "the clock stopped while they run (no latency includes them), and takes their level as measured")
+      ("interleave-interval", po::value<double>()->default_value(0.5),
+       "with --in-situ interleave: seconds of the run's clock from one timing between served iterations to "
+       "the next (0.01 .. 60); shorter follows the device's speed closer and stops the clock more often")
       ("mode", po::value<std::string>()->default_value("predict"),
        "which prediction report.json describes: replay (the real run's iterations costed by the "
        "profile: the cost model's error alone) | predict (an independent simulation of the "
@@ -100,6 +103,11 @@ int validate_command(int argc, const char* const* argv) {
   if (in_situ != "profile" && anchor == "apply")
     throw InputError(fmt::format("--in-situ {} and --anchor apply both correct the predictions for the device's "
                                  "drift: use one of them", in_situ));
+  const double interleave_interval = vm["interleave-interval"].as<double>();
+  if (!vm["interleave-interval"].defaulted() && in_situ != "interleave")
+    throw InputError("--interleave-interval applies with --in-situ interleave");
+  if (!(interleave_interval >= 0.01 && interleave_interval <= 60))
+    throw InputError(fmt::format("--interleave-interval {}: expected 0.01 .. 60 seconds", interleave_interval));
   const int predict_draws = vm["predict-draws"].as<int>();
   if (predict_draws < 1 || predict_draws > kMaxDraws)
     throw InputError(fmt::format("--predict-draws {}: expected 1 .. {}", predict_draws, kMaxDraws));
@@ -183,6 +191,7 @@ int validate_command(int argc, const char* const* argv) {
                     : in_situ == "track" ? ValidationOptions::InSitu::Track
                     : in_situ == "interleave" ? ValidationOptions::InSitu::Interleave
                                          : ValidationOptions::InSitu::Profile;
+  options.interleave_interval_s = interleave_interval;
   options.predict_draws = predict_draws;
   options.predict_jitter_sigma = predict_jitter;
   ValidationResult result = run_validation(setup, workload, profile, profile_source, callbacks, options);

@@ -175,6 +175,7 @@ def main():
                     "anchor_drift": drift_gate.drift_of(point, opts.anchor),
                     "placement_mismatch": drift_gate.placement_mismatch_of(point),
                     "iteration_mape_all": r["iteration_mape"]["all"],
+                    "iteration_mape_floor": r["iteration_mape"].get("floor", float("nan")),
                     "iteration_mape_decode": r["iteration_mape"]["decode"],
                     "iteration_mape_prefill": r["iteration_mape"]["prefill"],
                     "iteration_mape_mixed": r["iteration_mape"]["mixed"],

@@ -6,7 +6,8 @@ Usage: experiments/validation_cpu/runs_table.py STUDY_DIR [STUDY_DIR ...]
 Each STUDY_DIR holds a study's summary.csv and metadata.json (run.py's
 output, or a folder of experiments/results/cpu/reruns). Rows: every point
 (scheduler x load) for every run, labelled with the run's commit, --anchor,
---in-situ, --threads and --loads when given; then, per run, how many points meet iteration
+--in-situ, --threads, --loads and predict's draws when given (the MAPE with its floor,
+the run's own noise, when the run reported it); then, per run, how many points meet iteration
 MAPE <= 5%, how many TTFT/TPOT P50/P90 errors (replay and predict) are
 within 10%, and how many points meet both (all eight of their errors).
 """
@@ -35,9 +36,13 @@ def load(folder):
     threads = f", {threads.group(1)} thread(s)" if threads else ""
     in_situ = re.search(r"--in-situ[ =](refresh|track|interleave)", meta["command"])
     in_situ = f", in-situ {in_situ.group(1)}" if in_situ else ""
+    interval = re.search(r"--interleave-interval[ =]([0-9.]+)", meta["command"])
+    in_situ += f" every {interval.group(1)} s" if interval else ""
     loads = re.search(r"--loads[ =](\S+)", meta["command"])
     loads = f", loads {loads.group(1)}" if loads and not threads else ""
-    return f"{meta['commit']}, {anchor}{placement}{in_situ}{reused}{threads}{loads}", rows
+    draws = meta.get("predict_draws", 1)
+    draws = f", predict over {draws} draws" if draws > 1 else ""
+    return f"{meta['commit']}, {anchor}{placement}{in_situ}{reused}{threads}{loads}{draws}", rows
 
 
 def score(row):
@@ -62,8 +67,10 @@ def main(folders):
             if not by_mode:
                 continue
             rp, pr = by_mode["replay"], by_mode["predict"]
+            floor = rp.get("iteration_mape_floor")
+            floor = f" (floor {float(floor) * 100:.1f}%)" if floor not in (None, "", "nan") else ""
             print(f"| {scheduler} {load_name} | {label} | {rp['attempt']} ({score(rp) * 100:.1f}%) "
-                  f"| {float(rp['iteration_mape_all']) * 100:.1f}% "
+                  f"| {float(rp['iteration_mape_all']) * 100:.1f}%{floor} "
                   f"| {pct(rp[ERRORS[0]])} / {pct(rp[ERRORS[1]])}; {pct(pr[ERRORS[0]])} / {pct(pr[ERRORS[1]])} "
                   f"| {pct(rp[ERRORS[2]])} / {pct(rp[ERRORS[3]])}; {pct(pr[ERRORS[2]])} / {pct(pr[ERRORS[3]])} |")
     print()

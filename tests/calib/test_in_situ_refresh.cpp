@@ -342,9 +342,9 @@ TEST_CASE("in-situ interleaving: probes between iterations at an interval, of th
   REQUIRE_FALSE(executor.request_ids.empty());
   for (int64_t id : executor.request_ids) CHECK(id == InSituRefresher::kProbeRequestId);
   CHECK(executor.finished == std::vector<int64_t>{InSituRefresher::kProbeRequestId});
-  CHECK_FALSE(refresher.probe_between(executor, 0.01 + InSituRefresher::kBetweenProbeIntervalS / 2, 5));  // too soon
+  CHECK_FALSE(refresher.probe_between(executor, 0.01 + s.between_probe_interval_s / 2, 5));  // too soon
   executor.decode_scale = 1.1;
-  CHECK(refresher.probe_between(executor, 0.01 + InSituRefresher::kBetweenProbeIntervalS, 5));  // 5 served: 4
+  CHECK(refresher.probe_between(executor, 0.01 + s.between_probe_interval_s, 5));  // 5 served: 4
   REQUIRE(refresher.probes().size() == 2);
   CHECK(refresher.probes()[0].sequences == 1);
   CHECK(refresher.probes()[1].sequences == 4);

@@ -441,6 +441,13 @@ TEST_CASE("validate: a tiny model end to end with a quick calibration") {
   CHECK(v.iteration.all.count == int64_t(v.iterations.size()));
   CHECK(v.iteration.decode.count + v.iteration.prefill.count + v.iteration.mixed.count == v.iteration.all.count);
   CHECK(std::isfinite(v.iteration.all.mape));
+  // The run's own noise, and the MAPE floor it sets.
+  REQUIRE(v.iteration_noise.size() == v.iterations.size());
+  double floor_sum = 0;
+  for (double n : v.iteration_noise) floor_sum += std::abs(1 / n - 1);
+  CHECK(v.iteration_mape_floor == Approx(floor_sum / double(v.iteration_noise.size())));
+  CHECK(validation_report_json(v, ValidationMode::Replay)["iteration_mape"]["floor"].get<double>() ==
+        v.iteration_mape_floor);
   CHECK(v.replay_summary.completed == 8);
   CHECK(v.predict_summary.completed == 8);
   // Replay keeps the real run's iterations; the tokens each request got match.
@@ -567,6 +574,10 @@ TEST_CASE("validate: a tiny model end to end with a quick calibration") {
   CHECK(test::input_error_of([&] { run_validation(setup, workload, profile, "p", {}, bad); })
             .find("--predict-draws N > 1") != std::string::npos);
   bad.predict_draws = 5;
+  bad.interleave_interval_s = 0;
+  CHECK(test::input_error_of([&] { run_validation(setup, workload, profile, "p", {}, bad); })
+            .find("--interleave-interval 0") != std::string::npos);
+  bad.interleave_interval_s = 0.5;
   bad.predict_jitter_sigma = -1;
   CHECK(test::input_error_of([&] { run_validation(setup, workload, profile, "p", {}, bad); }).find("sigma") !=
         std::string::npos);

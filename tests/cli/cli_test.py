@@ -623,6 +623,10 @@ def in_situ_flag_errors(ctx):
                        ["--in-situ track", "--anchor apply"])
     expect_input_error(ctx, ["validate", "--in-situ", "interleave", "--anchor", "apply", "--out", ctx.path("v")],
                        ["--in-situ interleave", "--anchor apply"])
+    expect_input_error(ctx, ["validate", "--interleave-interval", "0.1", "--out", ctx.path("v")],
+                       ["--interleave-interval", "--in-situ interleave"])
+    expect_input_error(ctx, ["validate", "--in-situ", "interleave", "--interleave-interval", "0", "--out",
+                             ctx.path("v")], ["--interleave-interval 0"])
     p = ctx.ok("validate", "--help")
     for mode in ("track", "interleave"):
         check("--in-situ" in p.stdout and mode in p.stdout, f"validate --help lacks --in-situ {mode}")
