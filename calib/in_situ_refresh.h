@@ -61,7 +61,7 @@ struct InSituRefreshSettings {
   int32_t probe_first_block = 0;
   // Interleaving: run-clock seconds from one probe between served
   // iterations to the next (InSituRefresher::probe_between).
-  double between_probe_interval_s = 0.5;
+  double between_probe_interval_s = 0.1;
 };
 
 // The settings for `profile` and a run of at most `max_num_seqs` sequences,

@@ -253,6 +253,12 @@ struct ValidationCallbacks {
 // each costs a simulation of the workload, milliseconds for a validation's.
 inline constexpr int kDefaultPredictDraws = 51;
 
+// Seconds of the run's clock between interleaved timings: on the 2-core VM
+// every 0.1 s followed the level closer than every 0.5 s (the same run's
+// timings, every fifth kept: iteration MAPE 0-0.7% higher at 4 of 6
+// points, experiments/validation_cpu/probe_interval.py).
+inline constexpr double kDefaultInterleaveIntervalS = 0.1;
+
 struct ValidationOptions {
   // The profiles' anchor probes (calib/anchor.h), measured again just
   // before and just after the real run: Off skips them; Report reports how
@@ -293,7 +299,7 @@ struct ValidationOptions {
   // every probe runs where served steps run (none after an idle wait); its
   // levels are the probes' own (TrackLevelBasis::Refresh).
   enum class InSitu { Profile, Refresh, Track, Interleave } in_situ = InSitu::Profile;
-  double interleave_interval_s = 0.5;  // 0.01 .. 60
+  double interleave_interval_s = kDefaultInterleaveIntervalS;  // 0.01 .. 60
   // Predict's simulations (sim/cost_jitter.h, sim/draw_band.h). 1: one
   // simulation with the cost model's durations. N > 1 (the default): that one and N
   // seeded simulations more, each iteration's cost times a multiplier drawn

@@ -52,9 +52,10 @@ int validate_command(int argc, const char* const* argv) {
        "machine that drifts; cpu only, not with --anchor apply or speculation); track also times 1-sequence "
        "decode steps in the run's idle gaps (ending before the next arrival) and scales each iteration's "
        "cost by the level they measured around its time, relative to their median; interleave times decode "
-       "steps of the served batch between served iterations instead, every 0.5 s of the run's clock, with "
-       "the clock stopped while they run (no latency includes them), and takes their level as measured")
-      ("interleave-interval", po::value<double>()->default_value(0.5),
+       "steps of the served batch between served iterations instead, every --interleave-interval of the "
+       "run's clock, with the clock stopped while they run (no latency includes them), and takes their "
+       "level as measured")
+      ("interleave-interval", po::value<double>()->default_value(kDefaultInterleaveIntervalS),
        "with --in-situ interleave: seconds of the run's clock from one timing between served iterations to "
        "the next (0.01 .. 60); shorter follows the device's speed closer and stops the clock more often")
       ("mode", po::value<std::string>()->default_value("predict"),

@@ -49,7 +49,9 @@ nlohmann::json CostJitter::to_json() const {
   switch (kind_) {
     case Kind::None: return {{"kind", "none"}};
     case Kind::Lognormal:
-      return {{"kind", "lognormal"}, {"sigma", sigma_}, {"meaning", "each iteration's cost times exp(sigma z), z ~ N(0, 1)"}};
+      return {{"kind", "lognormal"},
+              {"sigma", sigma_},
+              {"meaning", "each iteration's cost times exp(sigma z), z ~ N(0, 1)"}};
     case Kind::Resampled: {
       std::vector<double> sorted = multipliers_;
       const Distribution d = summarize(sorted);
