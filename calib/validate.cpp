@@ -656,13 +656,12 @@ ValidationResult run_validation(const EngineSetup& setup, const Workload& worklo
     kinds.push_back(it.kind());
   }
   v.iteration = iteration_errors(measured_s, v.predicted_iteration_s, kinds);
-  if (measured_s.size() >= 2) {
-    v.iteration_noise = noise_around_rolling_level(measured_s, v.predicted_iteration_s);
+  v.iteration_noise = noise_around_rolling_level(measured_s, v.predicted_iteration_s);
+  v.iteration_mape_floor = std::nan("");
+  if (!v.iteration_noise.empty()) {
     double sum = 0;
     for (double n : v.iteration_noise) sum += std::abs(1.0 / n - 1.0);
-    v.iteration_mape_floor = v.iteration_noise.empty() ? std::nan("") : sum / double(v.iteration_noise.size());
-  } else {
-    v.iteration_mape_floor = std::nan("");
+    v.iteration_mape_floor = sum / double(v.iteration_noise.size());
   }
 
   // Replay: the real iterations re-timed with their predicted costs.
@@ -710,11 +709,11 @@ ValidationResult run_validation(const EngineSetup& setup, const Workload& worklo
   v.predict = simulate(nullptr, 0, &v.predict_speculative);
   v.predict_single_summary = summarize_run(v.predict, setup.slo);
   v.predict_summary = v.predict_single_summary;
-  if (options.predict_draws > 1 && !options.predict_jitter_sigma && v.iteration_noise.size() < 2)
+  if (options.predict_draws > 1 && !options.predict_jitter_sigma && v.iteration_noise.size() < 2) {
     v.warnings.push_back(fmt::format("--predict-draws {}: one simulation only, the run had too few iterations to "
                                      "measure its noise",
                                      options.predict_draws));
-  else if (options.predict_draws > 1) {
+  } else if (options.predict_draws > 1) {
     const CostJitter jitter =
         options.predict_jitter_sigma
             ? CostJitter::lognormal(*options.predict_jitter_sigma)
