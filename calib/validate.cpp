@@ -152,7 +152,7 @@ void PlacementTimelineExecutor::execute(const IterationPlan& plan, IterationResu
 
 void LevelTimelineExecutor::execute(const IterationPlan& plan, IterationResult& result) {
   inner_.execute(plan, result);
-  result.duration_s *= level_at(levels_, clock_.now());
+  if (plan.num_prefill_sequences == 0) result.duration_s *= level_at(levels_, clock_.now());
 }
 
 Placement PlacementTimelineExecutor::placement_at(double t) const {
@@ -462,12 +462,13 @@ nlohmann::json tracked_json(const std::vector<TrackLevel>& levels, bool in_idle_
            in_idle_gaps
                ? "1-sequence decode steps timed on the served decoder in the run's idle gaps, over the refreshed "
                  "prediction (in their placement), smoothed with their neighbours and taken relative to their "
-                 "median (level); every iteration's cost is scaled by the level at its time"
+                 "median (level); every decode-only iteration's cost is scaled by the level at its time"
                : "decode steps of the served batch (as the refresh timed it) timed on the served decoder between "
                  "served iterations with the run's clock stopped, over the refreshed prediction (in their "
-                 "placement), smoothed with their neighbours (level); every iteration's cost is scaled by the "
-                 "level at its time"},
+                 "placement), smoothed with their neighbours (level); every decode-only iteration's cost is "
+                 "scaled by the level at its time"},
           {"basis", in_idle_gaps ? "run median" : "refresh"},
+          {"levelled", {"decode"}},
           {"probes", list}};
 }
 
@@ -647,8 +648,10 @@ ValidationResult run_validation(const EngineSetup& setup, const Workload& worklo
     v.predicted_iteration_s = cost_iterations(v.iterations, cost_model, v.measured.scheduler.block_size);
   }
   if (placement_applied) cost_in_placement(v.iterations, *costed_profile.placement_ratios, v.predicted_iteration_s);
+  // The tracked level is decode steps' (LevelTimelineExecutor says why).
   for (size_t i = 0; i < v.predicted_iteration_s.size() && !levels.empty(); ++i)
-    v.predicted_iteration_s[i] *= level_at(levels, v.measured.records.iterations[i].start_s);
+    if (v.iterations[i].kind() == IterationKind::Decode)
+      v.predicted_iteration_s[i] *= level_at(levels, v.measured.records.iterations[i].start_s);
   std::vector<double> measured_s;
   std::vector<IterationKind> kinds;
   for (const RecordedIteration& it : v.iterations) {

@@ -355,6 +355,41 @@ TEST_CASE("validate: iteration MAPE per class on hand-made numbers") {
   CHECK_THROWS(iteration_errors(shorter, predicted, kinds));
 }
 
+TEST_CASE("validate: the tracked level scales decode-only iterations, not those with a prefill") {
+  test::FixedCostExecutor inner(1e-3, 0);
+  VirtualClock clock;
+  std::vector<TrackLevel> levels(2);
+  levels[0].probe.time_s = 0;
+  levels[0].level = 1.2;
+  levels[1].probe.time_s = 2;
+  levels[1].level = 0.8;
+  LevelTimelineExecutor at_level(inner, clock, levels);
+  std::vector<int32_t> table = {0};
+  auto plan_of = [&](bool prefill) {
+    IterationPlan plan;
+    ScheduledSequence s;
+    s.request_id = 1;
+    s.num_query_tokens = prefill ? 8 : 1;
+    s.num_cached_tokens = prefill ? 0 : 8;
+    s.is_prefill = prefill;
+    s.samples = true;
+    s.block_table = table;
+    plan.add(s);
+    return plan;
+  };
+  IterationResult result;
+  clock.wait_until(1.0);  // halfway between the levels: 1.0
+  at_level.execute(plan_of(false), result);
+  CHECK(result.duration_s == Approx(1e-3));
+  clock.wait_until(2.5);  // after the last: 0.8
+  result.reset();
+  at_level.execute(plan_of(false), result);
+  CHECK(result.duration_s == Approx(0.8e-3));
+  result.reset();
+  at_level.execute(plan_of(true), result);  // a prefill keeps the refreshed cost
+  CHECK(result.duration_s == Approx(1e-3));
+}
+
 TEST_CASE("validate: rel_error is predicted over measured minus one") {
   CHECK(rel_error(1.1, 1.0) == Approx(0.1));   // too slow: positive
   CHECK(rel_error(0.9, 1.0) == Approx(-0.1));  // too fast: negative
@@ -521,6 +556,7 @@ TEST_CASE("validate: a tiny model end to end with a quick calibration") {
   const ValidationResult il = run_validation(setup, workload, profile, "quick calibration", {}, interleave);
   REQUIRE(il.in_situ["refreshed"].get<bool>());
   CHECK(il.in_situ["tracked"]["basis"] == "refresh");
+  CHECK(il.in_situ["tracked"]["levelled"] == nlohmann::json::array({"decode"}));
   const nlohmann::json& probes = il.in_situ["tracked"]["probes"];
   REQUIRE(probes.size() >= 1);
   CHECK(int64_t(probes.size()) == il.measured.clock_stops);
