@@ -474,11 +474,7 @@ nlohmann::json tracked_json(const std::vector<TrackLevel>& levels, bool in_idle_
 
 }  // namespace
 
-ValidationResult run_validation(const EngineSetup& setup, const Workload& workload,
-                                const DeviceProfile& profile, const std::string& profile_source,
-                                const ValidationCallbacks& callbacks, const ValidationOptions& options) {
-  // Refuse a profile of another model shape before serving anything.
-  ProfileModel cost_model(profile, setup.model, profile_source);
+void check_validation_options(const ValidationOptions& options) {
   if (options.in_situ != ValidationOptions::InSitu::Profile && options.anchor == ValidationOptions::Anchor::Apply)
     throw InputError(fmt::format("--in-situ {} and --anchor apply both correct the predictions for the device's "
                                  "drift: use one of them",
@@ -493,6 +489,14 @@ ValidationResult run_validation(const EngineSetup& setup, const Workload& worklo
       throw InputError("--predict-jitter applies with --predict-draws N > 1 (one simulation is drawn without jitter)");
     (void)CostJitter::lognormal(*options.predict_jitter_sigma);  // InputError when out of range
   }
+}
+
+ValidationResult run_validation(const EngineSetup& setup, const Workload& workload,
+                                const DeviceProfile& profile, const std::string& profile_source,
+                                const ValidationCallbacks& callbacks, const ValidationOptions& options) {
+  // Refuse a profile of another model shape before serving anything.
+  ProfileModel cost_model(profile, setup.model, profile_source);
+  check_validation_options(options);
   const SchedulerConfig config = engine_scheduler_config(setup);
   std::optional<ProfileModel> draft_model = draft_cost_model(setup, profile, profile_source, options.draft_profile);
   const int32_t k = config.num_speculative_tokens;
@@ -1008,14 +1012,9 @@ std::string format_validation_table(const ValidationResult& v, ValidationMode mo
   block("TTFT", m.ttft_s, p.ttft_s);
   block("TPOT", m.tpot_s, p.tpot_s);
   block("E2E", m.e2e_s, p.e2e_s);
-  if (v.predict_bands) {
-    const DrawBand &tt = v.predict_bands->ttft_s, &tp = v.predict_bands->tpot_s;
-    auto ms = [](double s) { return fmt::format("{:.2f}", s * 1e3); };
-    t += fmt::format("  predict: medians over {} jittered simulations; P10-P90 over them: TTFT p50 {}-{}, p90 "
-                     "{}-{}; TPOT p50 {}-{}, p90 {}-{} ms\n",
-                     tt.draws, ms(tt.p10.p50), ms(tt.p90.p50), ms(tt.p10.p90), ms(tt.p90.p90), ms(tp.p10.p50),
-                     ms(tp.p90.p50), ms(tp.p10.p90), ms(tp.p90.p90));
-  }
+  if (v.predict_bands)
+    t += fmt::format("  predict: medians over {} jittered simulations; {}\n", v.predict_bands->ttft_s.draws,
+                     band_line(*v.predict_bands));
 
   const ValidationMode other = mode == ValidationMode::Replay ? ValidationMode::Predict : ValidationMode::Replay;
   const RunSummary& o = summary_of(v, other);

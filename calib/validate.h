@@ -322,6 +322,11 @@ struct ValidationOptions {
   const DeviceProfile* draft_profile = nullptr;
 };
 
+// InputError, naming the flag, for options that cannot be run together
+// or are out of range (run_validation checks them before serving; the CLI
+// before any quick calibration).
+void check_validation_options(const ValidationOptions& options);
+
 // Serves `workload` for real with `setup` and predicts it both ways with a
 // ProfileModel built from `profile` (InputError if it was measured for
 // another model shape, before anything is served).

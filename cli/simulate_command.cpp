@@ -264,17 +264,14 @@ int simulate_command(int argc, const char* const* argv) {
   }
   nlohmann::json summary = summary_to_json(out.summary, setup.slo, config);
   if (bands) {
-    auto stats = [](const Distribution& d) {
-      return nlohmann::json{{"mean", d.mean}, {"p50", d.p50}, {"p90", d.p90}, {"p99", d.p99}};
-    };
     summary["draws"] = {
         {"draws", num_draws},
         {"jitter", jitter.to_json()},
         {"ttft_s", band_json(bands->ttft_s)},
         {"tpot_s", band_json(bands->tpot_s)},
         {"e2e_s", band_json(bands->e2e_s)},
-        {"single_simulation", {{"ttft_s", stats(single.ttft_s)}, {"tpot_s", stats(single.tpot_s)},
-                               {"e2e_s", stats(single.e2e_s)}}},
+        {"single_simulation", {{"ttft_s", quantiles_json(single.ttft_s)}, {"tpot_s", quantiles_json(single.tpot_s)},
+                               {"e2e_s", quantiles_json(single.e2e_s)}}},
         {"meaning", "ttft_s, tpot_s and e2e_s above are the medians over the draws of each statistic; here their "
                     "10th and 90th percentiles over the draws, and the one simulation without jitter (whose "
                     "requests and iterations the CSVs hold)"}};
@@ -285,14 +282,7 @@ int simulate_command(int argc, const char* const* argv) {
                            to_string(setup.workload.arrival),
                            bands ? fmt::format("; medians over {} jittered simulations", num_draws) : ""),
                out.speculative ? &*out.speculative : nullptr);
-  if (bands && !vm.count("json")) {
-    auto ms = [](double x) { return fmt::format("{:.2f}", x * 1e3); };
-    const DrawBand &tt = bands->ttft_s, &tp = bands->tpot_s;
-    std::cout << fmt::format("  draws      P10-P90 over {} draws (ms): TTFT p50 {}-{}, p90 {}-{}; TPOT p50 {}-{}, "
-                             "p90 {}-{}\n",
-                             num_draws, ms(tt.p10.p50), ms(tt.p90.p50), ms(tt.p10.p90), ms(tt.p90.p90), ms(tp.p10.p50),
-                             ms(tp.p90.p50), ms(tp.p10.p90), ms(tp.p90.p90));
-  }
+  if (bands && !vm.count("json")) std::cout << "  draws      " << band_line(*bands) << "\n";
   if (!quiet)
     std::fprintf(stderr, "%ssimulated %lld output tokens in %.2f s wall time (%.2f M tokens/s)\n",
                  wall_s > 1 && stderr_is_terminal() ? "\n" : "", (long long)out.summary.output_tokens,

@@ -101,24 +101,22 @@ int validate_command(int argc, const char* const* argv) {
   const std::string in_situ = vm["in-situ"].as<std::string>();
   if (in_situ != "profile" && in_situ != "refresh" && in_situ != "track" && in_situ != "interleave")
     throw InputError(fmt::format("--in-situ: '{}' is not one of profile, refresh, track, interleave", in_situ));
-  if (in_situ != "profile" && anchor == "apply")
-    throw InputError(fmt::format("--in-situ {} and --anchor apply both correct the predictions for the device's "
-                                 "drift: use one of them", in_situ));
-  const double interleave_interval = vm["interleave-interval"].as<double>();
   if (!vm["interleave-interval"].defaulted() && in_situ != "interleave")
     throw InputError("--interleave-interval applies with --in-situ interleave");
-  if (!(interleave_interval >= 0.01 && interleave_interval <= 60))
-    throw InputError(fmt::format("--interleave-interval {}: expected 0.01 .. 60 seconds", interleave_interval));
-  const int predict_draws = vm["predict-draws"].as<int>();
-  if (predict_draws < 1 || predict_draws > kMaxDraws)
-    throw InputError(fmt::format("--predict-draws {}: expected 1 .. {}", predict_draws, kMaxDraws));
-  std::optional<double> predict_jitter;
-  if (vm.count("predict-jitter")) {
-    if (predict_draws == 1)
-      throw InputError("--predict-jitter applies with --predict-draws N > 1 (one simulation is drawn without jitter)");
-    predict_jitter = vm["predict-jitter"].as<double>();
-    (void)CostJitter::lognormal(*predict_jitter);  // InputError when out of range
-  }
+  ValidationOptions options;
+  options.anchor = anchor == "off"     ? ValidationOptions::Anchor::Off
+                   : anchor == "apply" ? ValidationOptions::Anchor::Apply
+                                       : ValidationOptions::Anchor::Report;
+  options.placement = placement == "apply" ? ValidationOptions::PlacementCosting::Apply
+                                           : ValidationOptions::PlacementCosting::Report;
+  options.in_situ = in_situ == "refresh" ? ValidationOptions::InSitu::Refresh
+                    : in_situ == "track" ? ValidationOptions::InSitu::Track
+                    : in_situ == "interleave" ? ValidationOptions::InSitu::Interleave
+                                         : ValidationOptions::InSitu::Profile;
+  options.interleave_interval_s = vm["interleave-interval"].as<double>();
+  options.predict_draws = vm["predict-draws"].as<int>();
+  if (vm.count("predict-jitter")) options.predict_jitter_sigma = vm["predict-jitter"].as<double>();
+  check_validation_options(options);  // before any quick calibration
   if (!vm.count("out")) throw InputError("--out is required: the folder for report.json and the CSVs");
   // A GPU that is not there: exit 2, saying why, before any calibration or folder.
   require_device(parse_device(setup.device));
@@ -181,20 +179,7 @@ int validate_command(int argc, const char* const* argv) {
   callbacks.run_progress = progress_printer("validate", quiet);
   callbacks.on_ready = [&](const std::string& what) { note(what); };
   callbacks.note = note;
-  ValidationOptions options;
   options.draft_profile = draft_profile ? &*draft_profile : nullptr;
-  options.anchor = anchor == "off"     ? ValidationOptions::Anchor::Off
-                   : anchor == "apply" ? ValidationOptions::Anchor::Apply
-                                       : ValidationOptions::Anchor::Report;
-  options.placement = placement == "apply" ? ValidationOptions::PlacementCosting::Apply
-                                           : ValidationOptions::PlacementCosting::Report;
-  options.in_situ = in_situ == "refresh" ? ValidationOptions::InSitu::Refresh
-                    : in_situ == "track" ? ValidationOptions::InSitu::Track
-                    : in_situ == "interleave" ? ValidationOptions::InSitu::Interleave
-                                         : ValidationOptions::InSitu::Profile;
-  options.interleave_interval_s = interleave_interval;
-  options.predict_draws = predict_draws;
-  options.predict_jitter_sigma = predict_jitter;
   ValidationResult result = run_validation(setup, workload, profile, profile_source, callbacks, options);
   if (!quiet && stderr_is_terminal()) std::fprintf(stderr, "\n");
   result.profile_saved_as = saved_as;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include <fmt/format.h>
+
 #include "sim/errors.h"
 #include "sim/random.h"
 
@@ -31,11 +33,11 @@ Distribution at_percentile(const std::vector<Distribution>& draws, double p) {
   return out;
 }
 
+}  // namespace
+
 nlohmann::json quantiles_json(const Distribution& d) {
   return {{"mean", d.mean}, {"p50", d.p50}, {"p90", d.p90}, {"p99", d.p99}};
 }
-
-}  // namespace
 
 DrawBand band_over_draws(const std::vector<Distribution>& draws) {
   if (draws.empty()) throw InputError("band_over_draws: no draws");
@@ -59,6 +61,14 @@ LatencyBands band_latencies(const std::vector<RunSummary>& draws) {
     e2e.push_back(s.e2e_s);
   }
   return {band_over_draws(ttft), band_over_draws(tpot), band_over_draws(e2e)};
+}
+
+std::string band_line(const LatencyBands& bands) {
+  const DrawBand &tt = bands.ttft_s, &tp = bands.tpot_s;
+  auto ms = [](double s) { return fmt::format("{:.2f}", s * 1e3); };
+  return fmt::format("P10-P90 over {} draws (ms): TTFT p50 {}-{}, p90 {}-{}; TPOT p50 {}-{}, p90 {}-{}", tt.draws,
+                     ms(tt.p10.p50), ms(tt.p90.p50), ms(tt.p10.p90), ms(tt.p90.p90), ms(tp.p10.p50), ms(tp.p90.p50),
+                     ms(tp.p10.p90), ms(tp.p90.p90));
 }
 
 RunSummary with_medians(RunSummary summary, const LatencyBands& bands) {

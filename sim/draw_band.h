@@ -6,6 +6,7 @@
 // percentiles of it over the draws say how far one run may land from it.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -28,6 +29,8 @@ struct DrawBand {
 // InputError when `draws` is empty.
 DrawBand band_over_draws(const std::vector<Distribution>& draws);
 
+// {mean, p50, p90, p99} of one distribution.
+nlohmann::json quantiles_json(const Distribution& d);
 // {draws, p10 {mean, p50, p90, p99}, p90 {...}}: the band around the median
 // (the median itself is reported as the prediction).
 nlohmann::json band_json(const DrawBand& band);
@@ -37,6 +40,9 @@ struct LatencyBands {
   DrawBand ttft_s, tpot_s, e2e_s;
 };
 LatencyBands band_latencies(const std::vector<RunSummary>& draws);
+// "P10-P90 over N draws (ms): TTFT p50 a-b, p90 c-d; TPOT p50 ..., p90 ...",
+// for the tables on stdout.
+std::string band_line(const LatencyBands& bands);
 // `summary` with its TTFT, TPOT and E2E the medians over the draws.
 RunSummary with_medians(RunSummary summary, const LatencyBands& bands);
 
