@@ -57,11 +57,19 @@ import drift_gate  # noqa: E402  (experiments/drift_gate.py)
 MODEL = "small-110m"
 # Prompts uniform 16..256, outputs uniform 16..128 (the `run` defaults): on
 # this 2-core VM small-110m saturates near 3 requests/s.
-LOADS = [  # name, arrival rate (req/s), requests
-    ("light", 0.5, 16),
-    ("near-saturation", 2.5, 40),
-    ("overloaded", 5.0, 48),
+# The default loads, as fractions of this machine's capacity: the requests/s
+# the profile's simulation serves when requests arrive far faster than that
+# (capacity() below). On the 2-core AMD EPYC VM of the first studies the
+# capacity was 5.14 req/s and the loads 0.5, 2.5 and 5.0 req/s; fractions
+# keep the three loads' meaning on a slower or faster machine.
+LOADS = [  # name, fraction of capacity, requests
+    ("light", 0.1, 16),
+    ("near-saturation", 0.5, 40),
+    ("overloaded", 1.0, 48),
 ]
+# The workload whose capacity sets the loads: validate's default lengths.
+CAPACITY_WORKLOAD = ["--rate", "100", "--num-requests", "400", "--prompt-len", "uniform:16:256",
+                     "--output-len", "uniform:16:128", "--seed", "1"]
 SCHEDULERS = ["continuous", "chunked"]
 
 
@@ -81,6 +89,18 @@ def placement_share(profile):
         counts = json.load(f).get("metadata", {}).get("anchor_probes", {}).get("placement_counts") or {}
     known = counts.get("near", 0) + counts.get("far", 0)
     return max(counts.get("near", 0), counts.get("far", 0)) / known if known else None
+
+
+def capacity(servesim, profile):
+    """Requests/s the profile's simulation (chunked, the default scheduler)
+    serves under CAPACITY_WORKLOAD: the throughput the loads are scaled to."""
+    summary = json.loads(sh([servesim, "simulate", "--profile", profile, "--json", "--quiet"] + CAPACITY_WORKLOAD))
+    return summary["throughput"]["requests_per_s"]
+
+
+def scaled_loads(fractions, capacity_rps):
+    """Each load's rate: its fraction of the capacity, to two significant digits."""
+    return [(name, float(f"{fraction * capacity_rps:.2g}"), n) for name, fraction, n in fractions]
 
 
 def write_summary(out, rows):
@@ -125,11 +145,13 @@ def main():
                          "placement of the threads (calib/placement.h)")
     ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     ap.add_argument("--model", default=MODEL)
-    ap.add_argument("--loads", help="NAME:RATE:REQUESTS,... (default: this CPU's three loads)")
+    ap.add_argument("--loads", help="NAME:RATE:REQUESTS,... in requests/s (default: light, near-saturation and "
+                                    "overloaded at 0.1, 0.5 and 1.0 of the profile's capacity, with 16, 40 and 48 "
+                                    "requests)")
     ap.add_argument("--validate-args", default="", help="extra flags for every `servesim validate`")
     ap.add_argument("--calibrate-args", default="", help="extra flags for `servesim calibrate`")
     opts = ap.parse_args()
-    loads = LOADS
+    loads = None
     if opts.loads:
         try:
             loads = [(name, float(rate), int(n)) for name, rate, n in (p.split(":") for p in opts.loads.split(","))]
@@ -151,6 +173,13 @@ def main():
             print(f"calibration: {share:.0%} of the anchor probes in one placement", file=sys.stderr)
             if share >= 0.85:
                 break
+
+    capacity_rps = None
+    if loads is None:
+        capacity_rps = capacity(opts.servesim, profile)
+        loads = scaled_loads(LOADS, capacity_rps)
+        print(f"capacity: {capacity_rps:.2f} req/s in the profile's simulation; loads "
+              + ", ".join(f"{name} {rate} req/s" for name, rate, _ in loads), file=sys.stderr)
 
     rows, attempts = [], []
     for scheduler in SCHEDULERS:
@@ -213,7 +242,9 @@ def main():
     meta = {"command": "experiments/validation_cpu/run.py " + " ".join(sys.argv[1:]),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "commit": commit, "machine": f"{cpu} ({os.cpu_count()} cores), {platform.node()}",
-            "model": opts.model, "device": opts.device, "loads": loads, "schedulers": SCHEDULERS, "seed": 1,
+            "model": opts.model, "device": opts.device, "loads": loads,
+            "capacity_rps": capacity_rps, "capacity_workload": CAPACITY_WORKLOAD if capacity_rps else None,
+            "schedulers": SCHEDULERS, "seed": 1,
             "max_drift": opts.max_drift, "attempts": opts.attempts, "in_situ": opts.in_situ,
             "predict_draws": opts.predict_draws,
             "calibration_placement_shares": calibration_shares}
