@@ -127,8 +127,8 @@ std::string axis_text(const std::vector<int64_t>& v) {
 // ------------------------------------------------- whole-model measurements ---
 
 OneSequencePlan::OneSequencePlan(int64_t request_id, int64_t query, int64_t cached, bool prefill,
-                                 int32_t block_size) {
-  for (int64_t b = 0; b < ceil_div(query + cached, block_size); ++b) table_.push_back(int32_t(b));
+                                 int32_t block_size, int32_t first_block) {
+  for (int64_t b = 0; b < ceil_div(query + cached, block_size); ++b) table_.push_back(first_block + int32_t(b));
   ScheduledSequence seq;
   seq.request_id = request_id;
   seq.num_query_tokens = int32_t(query);
@@ -215,17 +215,18 @@ int64_t prefill_blocks_with_lead(int64_t tokens, int32_t block_size, int lead_st
 }
 
 std::vector<double> time_prefills(Executor& executor, int64_t tokens, int32_t block_size, int warm_up, int timed,
-                                  int lead_steps, int64_t lead_cached) {
-  const OneSequencePlan prefill(1, tokens, 0, true, block_size);
-  const int32_t lead_first_block = int32_t(ceil_div(tokens, block_size));
+                                  int lead_steps, int64_t lead_cached, int32_t first_block, int64_t first_id) {
+  const OneSequencePlan prefill(first_id, tokens, 0, true, block_size, first_block);
+  const int32_t lead_first_block = first_block + int32_t(ceil_div(tokens, block_size));
   std::vector<double> seconds;
   IterationResult result;
   for (int i = 0; i < warm_up + timed; ++i) {
-    if (lead_steps > 0) time_decode_steps(executor, 1, lead_cached, block_size, lead_steps, 0, lead_first_block, 2);
+    if (lead_steps > 0)
+      time_decode_steps(executor, 1, lead_cached, block_size, lead_steps, 0, lead_first_block, first_id + 1);
     result.reset();
     executor.execute(prefill.plan(), result);
     if (i >= warm_up) seconds.push_back(result.duration_s);
-    executor.on_request_finished(1);  // each prefill of request 1 a new one
+    executor.on_request_finished(first_id);  // each prefill of the request a new one
   }
   return seconds;
 }

@@ -43,11 +43,13 @@ std::string axis_text(const std::vector<int64_t>& v);
 // ---- whole-model measurements
 
 // One sequence of `query` new tokens after `cached` ones, sampling its last
-// token, in KV blocks 0, 1, ...: the plans the whole-model measurements
-// run. Not copyable: the plan points into the block table.
+// token, in KV blocks first_block, first_block + 1, ...: the plans the
+// whole-model measurements run. Not copyable: the plan points into the
+// block table.
 class OneSequencePlan {
  public:
-  OneSequencePlan(int64_t request_id, int64_t query, int64_t cached, bool prefill, int32_t block_size);
+  OneSequencePlan(int64_t request_id, int64_t query, int64_t cached, bool prefill, int32_t block_size,
+                  int32_t first_block = 0);
   OneSequencePlan(const OneSequencePlan&) = delete;
   OneSequencePlan& operator=(const OneSequencePlan&) = delete;
   const IterationPlan& plan() const { return plan_; }
@@ -116,13 +118,15 @@ void measure_in_situ(DeviceProfile& p, Executor& executor, const std::vector<int
 // served ones run.
 constexpr int kPrefillLeadSteps = 2;
 
-// The seconds of `timed` prefills of `tokens` tokens (request 1, KV blocks
-// 0 ..) on `executor` after `warm_up` untimed ones, each after `lead_steps`
-// untimed DecodeSteps of one sequence around `lead_cached` tokens (request
-// 2, on the blocks after the prefill's); both requests are finished after
-// each. The executor must hold prefill_blocks_with_lead(..) KV blocks.
+// The seconds of `timed` prefills of `tokens` tokens (request first_id,
+// KV blocks first_block ..) on `executor` after `warm_up` untimed ones, each
+// after `lead_steps` untimed DecodeSteps of one sequence around
+// `lead_cached` tokens (request first_id + 1, on the blocks after the
+// prefill's); both requests are finished after each. The executor must
+// hold prefill_blocks_with_lead(..) KV blocks from first_block on.
 std::vector<double> time_prefills(Executor& executor, int64_t tokens, int32_t block_size, int warm_up, int timed,
-                                  int lead_steps, int64_t lead_cached);
+                                  int lead_steps, int64_t lead_cached, int32_t first_block = 0,
+                                  int64_t first_id = 1);
 int64_t prefill_blocks_with_lead(int64_t tokens, int32_t block_size, int lead_steps, int64_t lead_cached);
 
 // The seconds of `timed` successive DecodeSteps of `sequences` sequences

@@ -35,6 +35,10 @@ InSituRefreshSettings in_situ_refresh_settings(const DeviceProfile& profile, int
   std::erase_if(s.prefill_tokens,
                 [&](int64_t t) { return t < 1 || t > max_batched_tokens || t > max_model_len; });
   std::erase_if(s.decode_batches, [&](int64_t b) { return b < 1 || b > max_num_seqs; });
+  for (int64_t t : s.prefill_tokens)
+    if (s.prefill_probe_tokens == 0 ||
+        std::fabs(std::log(double(t) / 128.0)) < std::fabs(std::log(double(s.prefill_probe_tokens) / 128.0)))
+      s.prefill_probe_tokens = t;
   // The longest decode context, 3 cached / 2 + the steps, within the model's.
   const int64_t steps = s.warm_up + s.timed;
   s.cached = std::clamp<int64_t>((max_model_len - 1 - steps) * 2 / 3, 0, s.cached);
@@ -56,8 +60,9 @@ int64_t decode_blocks(const InSituRefreshSettings& s, int64_t b) {
 int64_t track_probe_blocks(const InSituRefreshSettings& s) {
   int64_t largest = 1;
   for (int64_t b : s.decode_batches) largest = std::max(largest, b);
-  return DecodeSteps::blocks(largest, s.cached, InSituRefresher::kProbeWarmUp + InSituRefresher::kProbeTimed,
-                             s.block_size);
+  const int64_t decode = DecodeSteps::blocks(
+      largest, s.cached, InSituRefresher::kProbeWarmUp + InSituRefresher::kProbeTimed, s.block_size);
+  return s.prefill_probe_tokens > 0 ? std::max(decode, prefill_blocks(s, s.prefill_probe_tokens)) : decode;
 }
 
 int64_t in_situ_refresh_blocks(const InSituRefreshSettings& s) {
@@ -71,6 +76,7 @@ InSituRefreshSettings fit_to_kv_cache(InSituRefreshSettings s, int64_t kv_blocks
   s.block_size = block_size;
   std::erase_if(s.prefill_tokens, [&](int64_t t) { return prefill_blocks(s, t) > kv_blocks; });
   std::erase_if(s.decode_batches, [&](int64_t b) { return decode_blocks(s, b) > kv_blocks; });
+  if (s.prefill_probe_tokens > 0 && prefill_blocks(s, s.prefill_probe_tokens) > kv_blocks) s.prefill_probe_tokens = 0;
   return s;
 }
 
@@ -122,12 +128,25 @@ bool InSituRefresher::probe_idle(Executor& executor, double now_s, double until_
   const auto start = std::chrono::steady_clock::now();
   const double latency_before = latency_ns();
   const std::vector<double> seconds = time_probe_steps(executor, 1);
-  probes_.push_back({now_s, calibration::median(seconds), 1, placement_of(latency_before, latency_ns()), false});
+  probes_.push_back({now_s, calibration::median(seconds), 1, 0, placement_of(latency_before, latency_ns()), false});
   last_probe_length_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return true;
 }
 
 bool InSituRefresher::probe_between(Executor& executor, double now_s, int64_t served_sequences) {
+  const InSituRefreshSettings& s = settings_;
+  if (s.prefill_probe_tokens > 0 && s.between_prefill_probe_interval_s > 0 &&
+      (last_prefill_probe_s_ < 0 || now_s - last_prefill_probe_s_ >= s.between_prefill_probe_interval_s)) {
+    const double latency_before = latency_ns();
+    const std::vector<double> seconds =
+        calibration::time_prefills(executor, s.prefill_probe_tokens, s.block_size, 0, 1,
+                                   calibration::kPrefillLeadSteps, s.cached, s.probe_first_block, kProbeRequestId);
+    TrackProbe probe{now_s, seconds.front(), 1, s.prefill_probe_tokens, placement_of(latency_before, latency_ns()),
+                     true};
+    probes_.push_back(probe);
+    last_prefill_probe_s_ = now_s;
+    return true;
+  }
   if (!probes_.empty() && now_s - probes_.back().time_s < settings_.between_probe_interval_s) return false;
   int64_t sequences = 1;
   for (int64_t b : settings_.decode_batches)
@@ -135,52 +154,28 @@ bool InSituRefresher::probe_between(Executor& executor, double now_s, int64_t se
   const double latency_before = latency_ns();
   const std::vector<double> seconds = time_probe_steps(executor, sequences);
   probes_.push_back(
-      {now_s, calibration::median(seconds), sequences, placement_of(latency_before, latency_ns()), true});
+      {now_s, calibration::median(seconds), sequences, 0, placement_of(latency_before, latency_ns()), true});
   return true;
 }
 
-std::vector<TrackLevel> track_levels(const DeviceProfile& refreshed, const InSituRefreshSettings& s,
-                                     const std::vector<TrackProbe>& probes, TrackLevelBasis basis) {
-  const ProfileModel model(refreshed, refreshed.model, "in-situ refresh");
-  // What the refreshed profile predicts for a probe of b sequences (the
-  // median over its timed steps), in the reference placement.
-  std::map<int64_t, double> predicted_s;
-  auto predicted = [&](int64_t b) {
-    auto it = predicted_s.find(b);
-    if (it != predicted_s.end()) return it->second;
-    DecodeSteps steps(b, s.cached, InSituRefresher::kProbeWarmUp + InSituRefresher::kProbeTimed,
-                      s.block_size);
-    for (int k = 0; k < InSituRefresher::kProbeWarmUp; ++k) steps.advance();
-    std::vector<double> each;
-    for (int k = 0; k < InSituRefresher::kProbeTimed; ++k, steps.advance())
-      each.push_back(model.breakdown(steps.plan()).total());
-    return predicted_s[b] = calibration::median(each);
-  };
-  std::vector<TrackLevel> levels;
-  for (const TrackProbe& p : probes) {
-    const double ratio =
-        refreshed.placement_ratios ? refreshed.placement_ratios->ratio(0, p.sequences, p.sequences, p.placement) : 1.0;
-    TrackLevel l;
-    l.probe = p;
-    l.measured_over_predicted = p.seconds / (predicted(p.sequences) * ratio);
-    levels.push_back(l);
-  }
+namespace {
+
+// Each level's smoothed value: the median of its measured_over_predicted
+// and those of `neighbours` levels on each side (sorted by time first).
+void smooth(std::vector<TrackLevel>& levels, size_t neighbours) {
   std::sort(levels.begin(), levels.end(),
             [](const TrackLevel& a, const TrackLevel& b) { return a.probe.time_s < b.probe.time_s; });
   for (size_t i = 0; i < levels.size(); ++i) {
     std::vector<double> around;
-    for (size_t j = i > 0 ? i - 1 : 0; j <= i + 1 && j < levels.size(); ++j)
+    for (size_t j = i > neighbours ? i - neighbours : 0; j <= i + neighbours && j < levels.size(); ++j)
       around.push_back(levels[j].measured_over_predicted);
     levels[i].smoothed = calibration::median(around);
   }
-  std::vector<double> all;
-  for (const TrackLevel& l : levels) all.push_back(l.smoothed);
-  const double typical = basis == TrackLevelBasis::RunMedian && !all.empty() ? calibration::median(all) : 1.0;
-  for (TrackLevel& l : levels) l.level = l.smoothed / typical;
-  return levels;
 }
 
-double level_at(const std::vector<TrackLevel>& levels, double t) {
+// The level at time t: linear between the levels around it, the nearest
+// one's before the first and after the last, 1 without any.
+double level_along(const std::vector<TrackLevel>& levels, double t) {
   if (levels.empty()) return 1.0;
   if (t <= levels.front().probe.time_s) return levels.front().level;
   if (t >= levels.back().probe.time_s) return levels.back().level;
@@ -189,6 +184,60 @@ double level_at(const std::vector<TrackLevel>& levels, double t) {
   const auto lo = hi - 1;
   const double w = (t - lo->probe.time_s) / (hi->probe.time_s - lo->probe.time_s);
   return lo->level + w * (hi->level - lo->level);
+}
+
+}  // namespace
+
+TrackedLevels track_levels(const DeviceProfile& refreshed, const InSituRefreshSettings& s,
+                           const std::vector<TrackProbe>& probes, TrackLevelBasis basis) {
+  const ProfileModel model(refreshed, refreshed.model, "in-situ refresh");
+  // What the refreshed profile predicts for a probe of b sequences (the
+  // median over its timed steps), or a prefill probe of t tokens, in the
+  // reference placement.
+  std::map<int64_t, double> predicted_decode_s, predicted_prefill_s;
+  auto predicted_decode = [&](int64_t b) {
+    auto it = predicted_decode_s.find(b);
+    if (it != predicted_decode_s.end()) return it->second;
+    DecodeSteps steps(b, s.cached, InSituRefresher::kProbeWarmUp + InSituRefresher::kProbeTimed,
+                      s.block_size);
+    for (int k = 0; k < InSituRefresher::kProbeWarmUp; ++k) steps.advance();
+    std::vector<double> each;
+    for (int k = 0; k < InSituRefresher::kProbeTimed; ++k, steps.advance())
+      each.push_back(model.breakdown(steps.plan()).total());
+    return predicted_decode_s[b] = calibration::median(each);
+  };
+  auto predicted_prefill = [&](int64_t t) {
+    auto it = predicted_prefill_s.find(t);
+    if (it != predicted_prefill_s.end()) return it->second;
+    return predicted_prefill_s[t] = model.breakdown(OneSequencePlan(1, t, 0, true, s.block_size).plan()).total();
+  };
+  TrackedLevels out;
+  for (const TrackProbe& p : probes) {
+    const bool prefill = p.prefill_tokens > 0;
+    const int64_t tokens = prefill ? p.prefill_tokens : p.sequences;
+    const double ratio = refreshed.placement_ratios
+                             ? refreshed.placement_ratios->ratio(p.prefill_tokens, prefill ? 1 : p.sequences, tokens,
+                                                                 p.placement)
+                             : 1.0;
+    TrackLevel l;
+    l.probe = p;
+    l.measured_over_predicted =
+        p.seconds / ((prefill ? predicted_prefill(p.prefill_tokens) : predicted_decode(p.sequences)) * ratio);
+    (prefill ? out.prefill : out.decode).push_back(l);
+  }
+  smooth(out.decode, 1);
+  smooth(out.prefill, kPrefillNeighbours);
+  for (std::vector<TrackLevel>* levels : {&out.decode, &out.prefill}) {
+    std::vector<double> all;
+    for (const TrackLevel& l : *levels) all.push_back(l.smoothed);
+    const double typical = basis == TrackLevelBasis::RunMedian && !all.empty() ? calibration::median(all) : 1.0;
+    for (TrackLevel& l : *levels) l.level = l.smoothed / typical;
+  }
+  return out;
+}
+
+double TrackedLevels::at(bool has_prefill, double t) const {
+  return level_along(has_prefill ? prefill : decode, t);
 }
 
 namespace {

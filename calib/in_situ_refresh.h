@@ -62,19 +62,31 @@ struct InSituRefreshSettings {
   // Interleaving: run-clock seconds from one probe between served
   // iterations to the next (InSituRefresher::probe_between).
   double between_probe_interval_s = 0.1;
+  // Interleaving: a whole-model prefill of this many tokens (after
+  // calibration::kPrefillLeadSteps decode steps, as the refresh times its
+  // prefills) instead of the decode probe once this many run-clock seconds
+  // have passed since the last prefill probe; 0 tokens or seconds: none.
+  // Prefill and decode speeds move apart on a shared host (compute against
+  // memory): on the 2-core Intel Xeon VM a 128-token prefill went from 110
+  // to 169 ms over one calibration while decode steps moved by 10%, and
+  // served prefills ran 5-10% over the refresh's prediction for a whole run
+  // while the decode probes read 1.00 (experiments/results/cpu_xeon).
+  int64_t prefill_probe_tokens = 0;
+  double between_prefill_probe_interval_s = 0.5;
 };
 
 // The settings for `profile` and a run of at most `max_num_seqs` sequences,
 // `max_batched_tokens` tokens per iteration and `max_model_len` tokens of
 // context: the profile's own in-situ lengths and batch sizes (the full
 // calibration's 32, 128, 512 and 1 .. 32 for a profile without them)
-// within those limits.
+// within those limits; the prefill probe's length the one of those nearest
+// 128 tokens in log scale (a served prompt's size in the default workload).
 InSituRefreshSettings in_situ_refresh_settings(const DeviceProfile& profile, int64_t max_num_seqs,
                                                int64_t max_batched_tokens, int64_t max_model_len);
 
 // KV blocks a decoder needs for the settings' plans.
 int64_t in_situ_refresh_blocks(const InSituRefreshSettings& settings);
-// KV blocks the largest tracking probe needs (from settings.probe_first_block on).
+// KV blocks the largest tracking probe, decode or prefill, needs (from settings.probe_first_block on).
 int64_t track_probe_blocks(const InSituRefreshSettings& settings);
 // The settings without the prefills and decode batches that need more than
 // `kv_blocks` KV blocks of `block_size` tokens, in blocks of that size.
@@ -91,11 +103,13 @@ struct InSituSample {
 };
 
 // A timing of the served decoder during the run (validate --in-situ track
-// and interleave): decode steps of `sequences` sequences, their median.
+// and interleave): decode steps of `sequences` sequences, their median; or
+// one whole-model prefill of `prefill_tokens` tokens.
 struct TrackProbe {
   double time_s = 0;   // on the run's clock, when it started
-  double seconds = 0;  // median of the timed steps
+  double seconds = 0;  // median of the timed steps, or the prefill's
   int64_t sequences = 1;
+  int64_t prefill_tokens = 0;  // a prefill probe's length; 0 for decode steps
   Placement placement = Placement::Unknown;
   bool between_iterations = false;  // with the clock stopped between served iterations, else in an idle gap
 };
@@ -127,8 +141,10 @@ class InSituRefresher {
   // above it, else 1: a 1-sequence step's speed moves in ways a batch's
   // does not), on the KV blocks from settings.probe_first_block and
   // request ids from kProbeRequestId, when settings.between_probe_interval_s
-  // have passed since the last probe of either kind. Returns whether it
-  // probed.
+  // have passed since the last probe of either kind; instead, a prefill of
+  // settings.prefill_probe_tokens when settings.between_prefill_probe_
+  // interval_s have passed since the last prefill probe (or there was
+  // none). Returns whether it probed.
   bool probe_between(Executor& executor, double now_s, int64_t served_sequences);
   const std::vector<TrackProbe>& probes() const { return probes_; }
   // Every tracking probe, in an idle gap or between iterations: untimed, then timed decode steps.
@@ -144,6 +160,7 @@ class InSituRefresher {
   std::function<double()> core_latency_ns_;
   std::vector<TrackProbe> probes_;
   double last_probe_length_s_ = 0;
+  double last_prefill_probe_s_ = -1;  // run-clock time of the last prefill probe; < 0: none yet
   std::vector<InSituSample> samples_;
 };
 
@@ -186,16 +203,26 @@ InSituRefreshResult refresh_in_situ(const DeviceProfile& profile, const InSituRe
 //   Refresh: as it is, so the probes set the level (--in-situ interleave,
 //     whose probes mostly run between served iterations, as served steps
 //     do).
-// Sorted by time; empty without probes.
+// Decode probes and prefill probes make two levels, each smoothed over its
+// own kind's neighbours (a prefill probe's over kPrefillNeighbours on each
+// side: one prefill is noisier than a median of decode steps) and each
+// sorted by time; empty without probes of its kind.
 struct TrackLevel {
   TrackProbe probe;
   double measured_over_predicted = 1, smoothed = 1, level = 1;
 };
+struct TrackedLevels {
+  std::vector<TrackLevel> decode;   // scales decode-only iterations
+  std::vector<TrackLevel> prefill;  // scales iterations with a prefill (prefill-only and mixed)
+  bool empty() const { return decode.empty() && prefill.empty(); }
+  // The level at time t of an iteration with (or without) a prefill:
+  // linear between that kind's levels around t, the nearest one's before
+  // the first and after the last, 1 without any.
+  double at(bool has_prefill, double t) const;
+};
+constexpr size_t kPrefillNeighbours = 2;
 enum class TrackLevelBasis { RunMedian, Refresh };
-std::vector<TrackLevel> track_levels(const DeviceProfile& refreshed, const InSituRefreshSettings& settings,
-                                     const std::vector<TrackProbe>& probes, TrackLevelBasis basis);
-// The level at time t: linear between the probes around it, the nearest
-// one's before the first and after the last, 1 without probes.
-double level_at(const std::vector<TrackLevel>& levels, double t);
+TrackedLevels track_levels(const DeviceProfile& refreshed, const InSituRefreshSettings& settings,
+                           const std::vector<TrackProbe>& probes, TrackLevelBasis basis);
 
 }  // namespace servesim

@@ -152,7 +152,7 @@ void PlacementTimelineExecutor::execute(const IterationPlan& plan, IterationResu
 
 void LevelTimelineExecutor::execute(const IterationPlan& plan, IterationResult& result) {
   inner_.execute(plan, result);
-  if (plan.num_prefill_sequences == 0) result.duration_s *= level_at(levels_, clock_.now());
+  result.duration_s *= levels_.at(plan.num_prefill_sequences > 0, clock_.now());
 }
 
 Placement PlacementTimelineExecutor::placement_at(double t) const {
@@ -447,29 +447,39 @@ const char* in_situ_name(ValidationOptions::InSitu in_situ) {
 }
 
 // report.json's in_situ.tracked: every probe with its level.
-nlohmann::json tracked_json(const std::vector<TrackLevel>& levels, bool in_idle_gaps) {
-  nlohmann::json list = nlohmann::json::array();
-  for (const TrackLevel& l : levels)
-    list.push_back({{"time_s", l.probe.time_s},
-                    {"seconds", l.probe.seconds},
-                    {"sequences", l.probe.sequences},
-                    {"placement", to_string(l.probe.placement)},
-                    {"between_iterations", l.probe.between_iterations},
-                    {"measured_over_predicted", l.measured_over_predicted},
-                    {"smoothed", l.smoothed},
-                    {"level", l.level}});
+nlohmann::json tracked_json(const TrackedLevels& levels, bool in_idle_gaps) {
+  auto probes = [](const std::vector<TrackLevel>& kind) {
+    nlohmann::json list = nlohmann::json::array();
+    for (const TrackLevel& l : kind) {
+      nlohmann::json probe = {{"time_s", l.probe.time_s},
+                              {"seconds", l.probe.seconds},
+                              {"sequences", l.probe.sequences},
+                              {"placement", to_string(l.probe.placement)},
+                              {"between_iterations", l.probe.between_iterations},
+                              {"measured_over_predicted", l.measured_over_predicted},
+                              {"smoothed", l.smoothed},
+                              {"level", l.level}};
+      if (l.probe.prefill_tokens > 0) probe["prefill_tokens"] = l.probe.prefill_tokens;
+      list.push_back(probe);
+    }
+    return list;
+  };
+  nlohmann::json levelled = {"decode"};
+  if (!levels.prefill.empty()) levelled.push_back("prefill and mixed");
   return {{"meaning",
            in_idle_gaps
                ? "1-sequence decode steps timed on the served decoder in the run's idle gaps, over the refreshed "
                  "prediction (in their placement), smoothed with their neighbours and taken relative to their "
                  "median (level); every decode-only iteration's cost is scaled by the level at its time"
-               : "decode steps of the served batch (as the refresh timed it) timed on the served decoder between "
-                 "served iterations with the run's clock stopped, over the refreshed prediction (in their "
-                 "placement), smoothed with their neighbours (level); every decode-only iteration's cost is "
-                 "scaled by the level at its time"},
+               : "decode steps of the served batch (as the refresh timed it), and every so often a whole-model "
+                 "prefill, timed on the served decoder between served iterations with the run's clock stopped, "
+                 "over the refreshed prediction (in their placement), smoothed with their own kind's neighbours "
+                 "(level); every decode-only iteration's cost is scaled by the decode probes' level at its time, "
+                 "every iteration with a prefill by the prefill probes' (prefill_probes)"},
           {"basis", in_idle_gaps ? "run median" : "refresh"},
-          {"levelled", {"decode"}},
-          {"probes", list}};
+          {"levelled", levelled},
+          {"probes", probes(levels.decode)},
+          {"prefill_probes", probes(levels.prefill)}};
 }
 
 }  // namespace
@@ -482,6 +492,11 @@ void check_validation_options(const ValidationOptions& options) {
   if (!(options.interleave_interval_s >= 0.01 && options.interleave_interval_s <= 60))
     throw InputError(fmt::format("--interleave-interval {}: expected 0.01 .. 60 seconds",
                                  options.interleave_interval_s));
+  if (!(options.interleave_prefill_interval_s == 0 ||
+        (options.interleave_prefill_interval_s >= 0.01 && options.interleave_prefill_interval_s <= 60)))
+    throw InputError(fmt::format("--interleave-prefill-interval {}: expected 0 (no prefill timings) or 0.01 .. 60 "
+                                 "seconds",
+                                 options.interleave_prefill_interval_s));
   if (options.predict_draws < 1 || options.predict_draws > kMaxDraws)
     throw InputError(fmt::format("--predict-draws {}: expected 1 .. {}", options.predict_draws, kMaxDraws));
   if (options.predict_jitter_sigma) {
@@ -542,6 +557,8 @@ ValidationResult run_validation(const EngineSetup& setup, const Workload& worklo
   settings.block_size = config.block_size;
   settings.probe_first_block = int32_t(config.num_gpu_blocks);
   settings.between_probe_interval_s = options.interleave_interval_s;
+  settings.between_prefill_probe_interval_s = options.interleave_prefill_interval_s;
+  if (options.interleave_prefill_interval_s == 0) settings.prefill_probe_tokens = 0;
   if (options.in_situ != ValidationOptions::InSitu::Profile) {
     if (device.cuda)
       v.in_situ = {{"refreshed", false}, {"reason", "cuda (a GPU keeps its speed from one run to the next)"}};
@@ -583,7 +600,7 @@ ValidationResult run_validation(const EngineSetup& setup, const Workload& worklo
   // factors describe `tables_placement` and whose ratios (fresh, the
   // profile's, or none) the other placement.
   std::optional<InSituRefreshResult> refreshed;
-  std::vector<TrackLevel> levels;  // --in-situ track and interleave
+  TrackedLevels levels;  // --in-situ track and interleave
   if (refresher) {
     refreshed = refresh_in_situ(profile, refresher->settings(), refresher->samples(), callbacks.note);
     cost_model = ProfileModel(refreshed->profile, setup.model, profile_source);
@@ -593,7 +610,8 @@ ValidationResult run_validation(const EngineSetup& setup, const Workload& worklo
                             tracking ? TrackLevelBasis::RunMedian : TrackLevelBasis::Refresh);
       v.in_situ["tracked"] = tracked_json(levels, tracking);
       if (callbacks.note)
-        callbacks.note(fmt::format("in situ: {} timings {}", levels.size(),
+        callbacks.note(fmt::format("in situ: {} timings ({} of them prefills) {}",
+                                   levels.decode.size() + levels.prefill.size(), levels.prefill.size(),
                                    tracking ? "in the run's idle gaps"
                                             : fmt::format("between served iterations ({:.1f} s, the clock stopped)",
                                                           v.measured.clock_stopped_s)));
@@ -652,10 +670,11 @@ ValidationResult run_validation(const EngineSetup& setup, const Workload& worklo
     v.predicted_iteration_s = cost_iterations(v.iterations, cost_model, v.measured.scheduler.block_size);
   }
   if (placement_applied) cost_in_placement(v.iterations, *costed_profile.placement_ratios, v.predicted_iteration_s);
-  // The tracked level is decode steps' (LevelTimelineExecutor says why).
+  // The tracked levels: decode probes' for decode-only iterations, prefill
+  // probes' for the others (LevelTimelineExecutor says why).
   for (size_t i = 0; i < v.predicted_iteration_s.size() && !levels.empty(); ++i)
-    if (v.iterations[i].kind() == IterationKind::Decode)
-      v.predicted_iteration_s[i] *= level_at(levels, v.measured.records.iterations[i].start_s);
+    v.predicted_iteration_s[i] *= levels.at(v.iterations[i].kind() != IterationKind::Decode,
+                                            v.measured.records.iterations[i].start_s);
   std::vector<double> measured_s;
   std::vector<IterationKind> kinds;
   for (const RecordedIteration& it : v.iterations) {

@@ -118,17 +118,19 @@ class PlacementTimelineExecutor final : public Executor {
   std::vector<Placement> placements_;
 };
 
-// Forwards to `inner` and multiplies the cost of a decode-only plan by
-// the level at the simulated time (calib/in_situ_refresh.h: level_at over
-// `levels`, at times on the real run's clock). The level is timed on decode
-// steps, and it does not carry to iterations with a prefill: over 1428
-// prefill and 933 mixed iterations of 66 points of eleven interleave runs
-// on the 2-core VM, scaling them by it raised their MAPE from 3.3% to 3.9%
-// and from 2.7% to 3.1% (decode steps: 5.0% without it, 4.2% with it;
+// Forwards to `inner` and multiplies each plan's cost by the tracked level
+// of its kind at the simulated time (calib/in_situ_refresh.h:
+// TrackedLevels::at, at times on the real run's clock): a decode-only
+// plan's by the decode probes' level, a plan with a prefill by the prefill
+// probes' level (1 without prefill probes). The decode level does not
+// carry to iterations with a prefill: over 1428 prefill and 933 mixed
+// iterations of 66 points of eleven interleave runs on the 2-core AMD VM,
+// scaling them by it raised their MAPE from 3.3% to 3.9% and from 2.7% to
+// 3.1% (decode steps: 5.0% without it, 4.2% with it;
 // experiments/validation_cpu/level_by_kind.py).
 class LevelTimelineExecutor final : public Executor {
  public:
-  LevelTimelineExecutor(Executor& inner, const Clock& clock, const std::vector<TrackLevel>& levels)
+  LevelTimelineExecutor(Executor& inner, const Clock& clock, const TrackedLevels& levels)
       : inner_(inner), clock_(clock), levels_(levels) {}
   std::string name() const override { return inner_.name(); }
   void execute(const IterationPlan& plan, IterationResult& result) override;
@@ -137,7 +139,7 @@ class LevelTimelineExecutor final : public Executor {
  private:
   Executor& inner_;
   const Clock& clock_;
-  const std::vector<TrackLevel>& levels_;
+  const TrackedLevels& levels_;
 };
 
 // Rebuilds a recorded plan for a cost model. Block tables are zero-filled
@@ -263,6 +265,10 @@ inline constexpr int kDefaultPredictDraws = 51;
 // timings, every fifth kept: iteration MAPE 0-0.7% higher at 4 of 6
 // points, experiments/validation_cpu/probe_interval.py).
 inline constexpr double kDefaultInterleaveIntervalS = 0.1;
+// Seconds of the run's clock between interleaved prefill timings (each a
+// whole-model prefill of about 128 tokens: on the 2-core VMs 90-170 ms of
+// stopped clock; InSituRefreshSettings::prefill_probe_tokens).
+inline constexpr double kDefaultInterleavePrefillIntervalS = 0.5;
 
 struct ValidationOptions {
   // The profiles' anchor probes (calib/anchor.h), measured again just
@@ -292,7 +298,7 @@ struct ValidationOptions {
   // run's idle gaps (before an arrival that is known not to come before
   // they end: no request waits for them) and scales every iteration's cost
   // by the level they measured around its time (in_situ_refresh.h:
-  // track_levels relative to their median over the run, level_at), in
+  // track_levels relative to their median over the run, TrackedLevels::at), in
   // replay at the iteration's real start and in predict at the simulated
   // time (decode-only iterations: LevelTimelineExecutor).
   // Interleave times decode steps of the served batch (the largest of the
@@ -302,9 +308,12 @@ struct ValidationOptions {
   // request's latency and no iteration includes them) on KV blocks of
   // their own, so the busy stretches of a loaded run are followed too and
   // every probe runs where served steps run (none after an idle wait); its
-  // levels are the probes' own (TrackLevelBasis::Refresh).
+  // levels are the probes' own (TrackLevelBasis::Refresh). Every
+  // interleave_prefill_interval_s (0: never) one of them is a whole-model
+  // prefill instead, whose level scales the iterations with a prefill.
   enum class InSitu { Profile, Refresh, Track, Interleave } in_situ = InSitu::Profile;
-  double interleave_interval_s = kDefaultInterleaveIntervalS;  // 0.01 .. 60
+  double interleave_interval_s = kDefaultInterleaveIntervalS;                 // 0.01 .. 60
+  double interleave_prefill_interval_s = kDefaultInterleavePrefillIntervalS;  // 0, or 0.01 .. 60
   // Predict's simulations (sim/cost_jitter.h, sim/draw_band.h). 1: one
   // simulation with the cost model's durations. N > 1 (the default): that one and N
   // seeded simulations more, each iteration's cost times a multiplier drawn

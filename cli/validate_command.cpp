@@ -54,10 +54,15 @@ int validate_command(int argc, const char* const* argv) {
        "cost by the level they measured around its time, relative to their median; interleave times decode "
        "steps of the served batch between served iterations instead, every --interleave-interval of the "
        "run's clock, with the clock stopped while they run (no latency includes them), and takes their "
-       "level as measured")
+       "level as measured; every --interleave-prefill-interval one of them is a whole-model prefill, whose "
+       "level scales the iterations with a prefill")
       ("interleave-interval", po::value<double>()->default_value(kDefaultInterleaveIntervalS),
        "with --in-situ interleave: seconds of the run's clock from one timing between served iterations to "
        "the next (0.01 .. 60); shorter follows the device's speed closer and stops the clock more often")
+      ("interleave-prefill-interval", po::value<double>()->default_value(kDefaultInterleavePrefillIntervalS),
+       "with --in-situ interleave: seconds of the run's clock from one prefill timing (a whole-model prefill "
+       "of the refresh's length nearest 128 tokens) to the next; 0: decode steps only, and iterations with "
+       "a prefill keep the refreshed cost (0, or 0.01 .. 60)")
       ("mode", po::value<std::string>()->default_value("predict"),
        "which prediction report.json describes: replay (the real run's iterations costed by the "
        "profile: the cost model's error alone) | predict (an independent simulation of the "
@@ -103,6 +108,8 @@ int validate_command(int argc, const char* const* argv) {
     throw InputError(fmt::format("--in-situ: '{}' is not one of profile, refresh, track, interleave", in_situ));
   if (!vm["interleave-interval"].defaulted() && in_situ != "interleave")
     throw InputError("--interleave-interval applies with --in-situ interleave");
+  if (!vm["interleave-prefill-interval"].defaulted() && in_situ != "interleave")
+    throw InputError("--interleave-prefill-interval applies with --in-situ interleave");
   ValidationOptions options;
   options.anchor = anchor == "off"     ? ValidationOptions::Anchor::Off
                    : anchor == "apply" ? ValidationOptions::Anchor::Apply
@@ -114,6 +121,7 @@ int validate_command(int argc, const char* const* argv) {
                     : in_situ == "interleave" ? ValidationOptions::InSitu::Interleave
                                          : ValidationOptions::InSitu::Profile;
   options.interleave_interval_s = vm["interleave-interval"].as<double>();
+  options.interleave_prefill_interval_s = vm["interleave-prefill-interval"].as<double>();
   options.predict_draws = vm["predict-draws"].as<int>();
   if (vm.count("predict-jitter")) options.predict_jitter_sigma = vm["predict-jitter"].as<double>();
   check_validation_options(options);  // before any quick calibration

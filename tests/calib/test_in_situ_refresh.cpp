@@ -311,7 +311,9 @@ TEST_CASE("in-situ tracking: probes only in gaps long enough, levels relative to
   CHECK_FALSE(refresher.probes()[0].between_iterations);
 
   // Raw levels 1.0, 1.2, 1.2 -> neighbours' medians 1.1, 1.2, 1.2 -> over their median 1.2.
-  const auto levels = track_levels(p, s, refresher.probes(), TrackLevelBasis::RunMedian);
+  const TrackedLevels tracked = track_levels(p, s, refresher.probes(), TrackLevelBasis::RunMedian);
+  CHECK(tracked.prefill.empty());
+  const std::vector<TrackLevel>& levels = tracked.decode;
   REQUIRE(levels.size() == 3);
   CHECK(levels[0].measured_over_predicted == Approx(1.0));
   CHECK(levels[1].measured_over_predicted == Approx(1.2));
@@ -319,12 +321,13 @@ TEST_CASE("in-situ tracking: probes only in gaps long enough, levels relative to
   CHECK(levels[0].level == Approx(1.1 / 1.2));
   CHECK(levels[1].level == Approx(1.0));
   CHECK(levels[2].level == Approx(1.0));
-  CHECK(level_at(levels, 0.0) == Approx(1.1 / 1.2));  // before the first: the first's
-  CHECK(level_at(levels, 1.5) == Approx((1.1 / 1.2 + 1.0) / 2));
-  CHECK(level_at(levels, 9.0) == Approx(1.0));
-  CHECK(level_at({}, 5.0) == 1.0);
+  CHECK(tracked.at(false, 0.0) == Approx(1.1 / 1.2));  // before the first: the first's
+  CHECK(tracked.at(false, 1.5) == Approx((1.1 / 1.2 + 1.0) / 2));
+  CHECK(tracked.at(false, 9.0) == Approx(1.0));
+  CHECK(tracked.at(true, 1.5) == 1.0);  // no prefill probes: prefills unscaled
+  CHECK(TrackedLevels{}.at(false, 5.0) == 1.0);
   // Taken as measured: the smoothed levels themselves.
-  const auto own = track_levels(p, s, refresher.probes(), TrackLevelBasis::Refresh);
+  const std::vector<TrackLevel> own = track_levels(p, s, refresher.probes(), TrackLevelBasis::Refresh).decode;
   CHECK(own[0].level == Approx(1.1));
   CHECK(own[2].level == Approx(1.2));
 }
@@ -355,10 +358,61 @@ TEST_CASE("in-situ interleaving: probes between iterations at an interval, of th
                                                                      InSituRefresher::kProbeTimed,
                                                                  s.block_size));
   // Each probe over the prediction of its own shape: 1.0 and 1.1, whatever the batch.
-  const auto levels = track_levels(p, s, refresher.probes(), TrackLevelBasis::Refresh);
+  const std::vector<TrackLevel> levels = track_levels(p, s, refresher.probes(), TrackLevelBasis::Refresh).decode;
   REQUIRE(levels.size() == 2);
   CHECK(levels[0].measured_over_predicted == Approx(1.0));
   CHECK(levels[1].measured_over_predicted == Approx(1.1));
+}
+
+TEST_CASE("in-situ interleaving: a prefill probe every prefill interval, its own level smoothed over its kind") {
+  const DeviceProfile p = profile_with_factors();
+  const ProfileModel model(p, p.model);
+  KnownTimes executor(model);
+  InSituRefreshSettings s = small_settings();
+  s.prefill_probe_tokens = 32;
+  s.between_prefill_probe_interval_s = 0.5;
+  s.probe_first_block = 1000;
+  InSituRefresher refresher(s, executor_latency_free());
+  // The first timing is a prefill (none before it), after its lead decode
+  // steps, on the probes' blocks and ids; decode probes follow until the
+  // prefill interval has passed again.
+  CHECK(refresher.probe_between(executor, 0.0, 4));
+  CHECK(executor.lowest_block == 1000);
+  const int64_t id = InSituRefresher::kProbeRequestId;
+  CHECK(executor.request_ids == std::vector<int64_t>{id + 1, id + 1, id});  // kPrefillLeadSteps = 2, then the prefill
+  REQUIRE(refresher.probes().size() == 1);
+  CHECK(refresher.probes()[0].prefill_tokens == 32);
+  CHECK(refresher.probes()[0].between_iterations);
+  CHECK(refresher.probe_between(executor, 0.1, 4));
+  CHECK(refresher.probes().back().prefill_tokens == 0);  // a decode probe
+  CHECK_FALSE(refresher.probe_between(executor, 0.15, 4));
+  CHECK(refresher.probe_between(executor, 0.2, 4));
+  CHECK(refresher.probes().back().prefill_tokens == 0);
+  // Prefills at 0.5 s intervals, run slower from the third on, with one outlier.
+  const std::vector<double> prefill_scales = {1.0, 1.2, 1.2, 2.0, 1.2};
+  for (size_t k = 0; k < prefill_scales.size(); ++k) {
+    executor.prefill_scale = prefill_scales[k];
+    CHECK(refresher.probe_between(executor, 0.5 * double(k + 1), 4));
+    CHECK(refresher.probes().back().prefill_tokens == 32);
+  }
+  CHECK(track_probe_blocks(s) >= calibration::prefill_blocks_with_lead(32, s.block_size,
+                                                                      calibration::kPrefillLeadSteps, s.cached));
+  const TrackedLevels levels = track_levels(p, s, refresher.probes(), TrackLevelBasis::Refresh);
+  REQUIRE(levels.decode.size() == 2);
+  REQUIRE(levels.prefill.size() == 6);
+  CHECK(levels.prefill[0].measured_over_predicted == Approx(1.0));  // the first, at scale 1
+  CHECK(levels.prefill[4].measured_over_predicted == Approx(2.0));
+  // Medians over 2 neighbours on each side: the outlier does not carry.
+  CHECK(levels.prefill[4].smoothed == Approx(1.2));
+  CHECK(levels.prefill[0].smoothed == Approx(1.0));  // of 1.0, 1.0, 1.2
+  CHECK(levels.at(true, 2.5) == Approx(1.2));
+  for (const TrackLevel& l : levels.decode) CHECK(l.level == Approx(1.0));
+  CHECK(levels.at(false, 2.5) == Approx(1.0));
+  // No prefill length: decode probes only.
+  s.prefill_probe_tokens = 0;
+  InSituRefresher decode_only(s, executor_latency_free());
+  CHECK(decode_only.probe_between(executor, 0.0, 4));
+  CHECK(decode_only.probes()[0].prefill_tokens == 0);
 }
 
 TEST_CASE("time_prefills: each prefill after its lead decode steps, on the blocks after the prefill's") {

@@ -355,14 +355,15 @@ TEST_CASE("validate: iteration MAPE per class on hand-made numbers") {
   CHECK_THROWS(iteration_errors(shorter, predicted, kinds));
 }
 
-TEST_CASE("validate: the tracked level scales decode-only iterations, not those with a prefill") {
+TEST_CASE("validate: each tracked level scales its kind of iteration: decode-only, or with a prefill") {
   test::FixedCostExecutor inner(1e-3, 0);
   VirtualClock clock;
-  std::vector<TrackLevel> levels(2);
-  levels[0].probe.time_s = 0;
-  levels[0].level = 1.2;
-  levels[1].probe.time_s = 2;
-  levels[1].level = 0.8;
+  TrackedLevels levels;
+  levels.decode.resize(2);
+  levels.decode[0].probe.time_s = 0;
+  levels.decode[0].level = 1.2;
+  levels.decode[1].probe.time_s = 2;
+  levels.decode[1].level = 0.8;
   LevelTimelineExecutor at_level(inner, clock, levels);
   std::vector<int32_t> table = {0};
   auto plan_of = [&](bool prefill) {
@@ -386,8 +387,18 @@ TEST_CASE("validate: the tracked level scales decode-only iterations, not those 
   at_level.execute(plan_of(false), result);
   CHECK(result.duration_s == Approx(0.8e-3));
   result.reset();
-  at_level.execute(plan_of(true), result);  // a prefill keeps the refreshed cost
+  at_level.execute(plan_of(true), result);  // no prefill probes: a prefill keeps the refreshed cost
   CHECK(result.duration_s == Approx(1e-3));
+  // With a prefill level, a prefill takes it and a decode step does not.
+  levels.prefill.resize(1);
+  levels.prefill[0].probe.time_s = 1;
+  levels.prefill[0].level = 1.3;
+  result.reset();
+  at_level.execute(plan_of(true), result);
+  CHECK(result.duration_s == Approx(1.3e-3));
+  result.reset();
+  at_level.execute(plan_of(false), result);
+  CHECK(result.duration_s == Approx(0.8e-3));
 }
 
 TEST_CASE("validate: rel_error is predicted over measured minus one") {
@@ -556,10 +567,16 @@ TEST_CASE("validate: a tiny model end to end with a quick calibration") {
   const ValidationResult il = run_validation(setup, workload, profile, "quick calibration", {}, interleave);
   REQUIRE(il.in_situ["refreshed"].get<bool>());
   CHECK(il.in_situ["tracked"]["basis"] == "refresh");
-  CHECK(il.in_situ["tracked"]["levelled"] == nlohmann::json::array({"decode"}));
+  // The first timing is a prefill (none before it), so both levels exist.
+  CHECK(il.in_situ["tracked"]["levelled"] == nlohmann::json::array({"decode", "prefill and mixed"}));
   const nlohmann::json& probes = il.in_situ["tracked"]["probes"];
-  REQUIRE(probes.size() >= 1);
-  CHECK(int64_t(probes.size()) == il.measured.clock_stops);
+  const nlohmann::json& prefill_probes = il.in_situ["tracked"]["prefill_probes"];
+  REQUIRE(prefill_probes.size() >= 1);
+  CHECK(int64_t(probes.size() + prefill_probes.size()) == il.measured.clock_stops);
+  for (const nlohmann::json& probe : prefill_probes) {
+    CHECK(probe["prefill_tokens"].get<int64_t>() > 0);
+    CHECK(probe["level"].get<double>() == Approx(probe["smoothed"].get<double>()));
+  }
   CHECK(il.measured.clock_stopped_s > 0);
   for (const nlohmann::json& probe : probes) {
     CHECK(probe["between_iterations"].get<bool>());
@@ -567,6 +584,13 @@ TEST_CASE("validate: a tiny model end to end with a quick calibration") {
     CHECK(probe["level"].get<double>() == Approx(probe["smoothed"].get<double>()));
   }
   CHECK(il.measured.summary.completed == int64_t(workload.requests.size()));
+  // Without prefill timings: decode steps only, one level.
+  ValidationOptions decode_only = interleave;
+  decode_only.interleave_prefill_interval_s = 0;
+  const ValidationResult dl = run_validation(setup, workload, profile, "quick calibration", {}, decode_only);
+  CHECK(dl.in_situ["tracked"]["levelled"] == nlohmann::json::array({"decode"}));
+  CHECK(dl.in_situ["tracked"]["prefill_probes"].empty());
+  CHECK(int64_t(dl.in_situ["tracked"]["probes"].size()) == dl.measured.clock_stops);
   CHECK(validation_report_json(il, ValidationMode::Replay)["config"]["clock_stopped"]["times"] ==
         il.measured.clock_stops);
   // Predict over jittered draws: the medians over the draws are predicted,
@@ -614,6 +638,10 @@ TEST_CASE("validate: a tiny model end to end with a quick calibration") {
   CHECK(test::input_error_of([&] { run_validation(setup, workload, profile, "p", {}, bad); })
             .find("--interleave-interval 0") != std::string::npos);
   bad.interleave_interval_s = 0.5;
+  bad.interleave_prefill_interval_s = 0.001;
+  CHECK(test::input_error_of([&] { run_validation(setup, workload, profile, "p", {}, bad); })
+            .find("--interleave-prefill-interval 0.001") != std::string::npos);
+  bad.interleave_prefill_interval_s = 0.5;
   bad.predict_jitter_sigma = -1;
   CHECK(test::input_error_of([&] { run_validation(setup, workload, profile, "p", {}, bad); }).find("sigma") !=
         std::string::npos);
