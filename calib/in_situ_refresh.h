@@ -67,10 +67,10 @@ struct InSituRefreshSettings {
   // prefills) instead of the decode probe once this many run-clock seconds
   // have passed since the last prefill probe; 0 tokens or seconds: none.
   // Prefill and decode speeds move apart on a shared host (compute against
-  // memory): on the 2-core Intel Xeon VM a 128-token prefill went from 110
-  // to 169 ms over one calibration while decode steps moved by 10%, and
-  // served prefills ran 5-10% over the refresh's prediction for a whole run
-  // while the decode probes read 1.00 (experiments/results/cpu_xeon).
+  // memory): on the 2-core Intel Xeon VM served mixed iterations ran 7%
+  // over the refresh's prediction for most of a run while the decode
+  // probes read 1.00, and prefill probes read 1.0 to 1.9 times it within
+  // seconds (experiments/results/cpu_xeon).
   int64_t prefill_probe_tokens = 0;
   double between_prefill_probe_interval_s = 0.5;
 };
