@@ -141,9 +141,8 @@ bool InSituRefresher::probe_between(Executor& executor, double now_s, int64_t se
     const std::vector<double> seconds =
         calibration::time_prefills(executor, s.prefill_probe_tokens, s.block_size, 0, 1,
                                    calibration::kPrefillLeadSteps, s.cached, s.probe_first_block, kProbeRequestId);
-    TrackProbe probe{now_s, seconds.front(), 1, s.prefill_probe_tokens, placement_of(latency_before, latency_ns()),
-                     true};
-    probes_.push_back(probe);
+    probes_.push_back(
+        {now_s, seconds.front(), 1, s.prefill_probe_tokens, placement_of(latency_before, latency_ns()), true});
     last_prefill_probe_s_ = now_s;
     return true;
   }

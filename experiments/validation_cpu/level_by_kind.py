@@ -57,9 +57,7 @@ def main(points):
         prefill_levels = levels_at(starts, prefill_probes, 1, 5) if prefill_probes else [None] * len(starts)
         for r, level, prefill_level in zip(its, levels_at(starts, probes, 1, 3), prefill_levels):
             kind, predicted, measured = r["kind"], float(r["predicted_s"]), float(r["measured_s"])
-            if kind == "decode":
-                bare = predicted / level if kind in levelled else predicted
-            elif prefill_levelled:
+            if kind != "decode" and prefill_levelled:
                 bare = predicted / prefill_level
             else:
                 bare = predicted / level if kind in levelled else predicted
