@@ -36,6 +36,14 @@ and decode steps again just before and just after its real run and
 predicts with them (calib/in_situ_refresh.h); the gate's drift is then how
 much those timings moved over the run.
 
+Some moments of the VM are noisier than others: the same decode step
+varies from step to step by 3% in one minute and 7-11% in another. Each
+validate reports its run's noise floor (iteration_mape.floor: the MAPE of
+a cost model that knew the run's level at every moment). With --max-floor
+F2 the gate also reruns a point whose floor is above F2, and keeps the
+attempt nearest to passing both bounds; attempts.csv gives every attempt's
+floor.
+
 Usage: experiments/validation_cpu/run.py [--servesim PATH] [--out DIR] [--quick] [--max-drift F]
 
 The same study runs on a GPU (experiments/gpu/run.sh calls it): --device
@@ -139,6 +147,13 @@ def main():
                          "times, keeping the attempt that drifted least; every attempt is listed in attempts.csv "
                          "(default 0: off). This VM changes its memory speed by up to 50%% from minute to minute; "
                          "a prediction from a calibration on the other speed is not a test of the cost model")
+    ap.add_argument("--max-floor", type=float, default=0.0,
+                    help="with --max-drift, also rerun a point whose own noise floor (report.json's "
+                         "iteration_mape.floor: the MAPE a cost model that knew the run's level at every moment "
+                         "would have) is above this fraction; the attempt nearest to passing both bounds is kept "
+                         "(experiments/drift_gate.py; default 0: off). The floor measures the machine during the "
+                         "attempt: an attempt whose floor is above the MAPE target cannot test the cost model "
+                         "against it")
     ap.add_argument("--attempts", type=int, default=3, help="most runs of one point under --max-drift")
     ap.add_argument("--calibration-attempts", type=int, default=1,
                     help="most calibrations: calibrate again while fewer than 85%% of the anchor probes saw one "
@@ -157,6 +172,8 @@ def main():
             loads = [(name, float(rate), int(n)) for name, rate, n in (p.split(":") for p in opts.loads.split(","))]
         except ValueError:
             sys.exit(f"--loads: expected NAME:RATE:REQUESTS,... (got '{opts.loads}')")
+    if opts.max_floor > 0 and opts.max_drift <= 0:
+        sys.exit("--max-floor gates attempts, so it needs --max-drift (the gate) too")
     os.makedirs(opts.out, exist_ok=True)
 
     profile = opts.profile or os.path.join(opts.out, "profile.json")
@@ -194,7 +211,7 @@ def main():
                                 "--anchor", opts.anchor, "--placement", opts.placement, "--in-situ", opts.in_situ,
                                 "--predict-draws", str(opts.predict_draws), "--out", out]
                                + opts.validate_args.split()),
-                point, opts.anchor, opts.max_drift, opts.attempts, attempts)
+                point, opts.anchor, opts.max_drift, opts.attempts, attempts, max_floor=opts.max_floor)
             for mode in ["replay", "predict"]:
                 with open(os.path.join(point, f"report_{mode}.json")) as f:
                     r = json.load(f)
@@ -245,7 +262,7 @@ def main():
             "model": opts.model, "device": opts.device, "loads": loads,
             "capacity_rps": capacity_rps, "capacity_workload": CAPACITY_WORKLOAD if capacity_rps else None,
             "schedulers": SCHEDULERS, "seed": 1,
-            "max_drift": opts.max_drift, "attempts": opts.attempts, "in_situ": opts.in_situ,
+            "max_drift": opts.max_drift, "max_floor": opts.max_floor, "attempts": opts.attempts, "in_situ": opts.in_situ,
             "predict_draws": opts.predict_draws,
             "calibration_placement_shares": calibration_shares}
     with open(os.path.join(opts.out, "metadata.json"), "w") as f:

@@ -15,9 +15,11 @@ def probe(decode_s, gemm_flops_per_s):
             "gemm_n": 1024, "layers": 12}
 
 
-def write_point(folder, calibration, before, after, measured=True, share_in_calibration_placement=None):
+def write_point(folder, calibration, before, after, measured=True, share_in_calibration_placement=None,
+                floor=None):
     """A validate output folder with report_replay.json's anchor and
-    placement sections and one other file (that pruning must delete)."""
+    placement sections (and iteration_mape's noise floor, if given) and one
+    other file (that pruning must delete)."""
     os.makedirs(os.path.join(folder, "measured"), exist_ok=True)
     anchor = {"measured": measured,
               "profiles": {"profile": {"calibration": probe(*calibration), "before": probe(*before),
@@ -25,7 +27,10 @@ def write_point(folder, calibration, before, after, measured=True, share_in_cali
     placement = {"watched": share_in_calibration_placement is not None,
                  "run_share_in_calibration_placement": share_in_calibration_placement}
     with open(os.path.join(folder, "report_replay.json"), "w") as f:
-        json.dump({"anchor": anchor, "placement": placement}, f)
+        report = {"anchor": anchor, "placement": placement}
+        if floor is not None:
+            report["iteration_mape"] = {"all": floor + 0.01, "floor": floor}
+        json.dump(report, f)
     with open(os.path.join(folder, "measured", "iterations.csv"), "w") as f:
         f.write("index\n0\n")
 
@@ -149,6 +154,48 @@ class ValidateGated(InScratch):
         self.assertEqual((len(calls), attempt, score), (2, 2, 0.0))
         self.assertAlmostEqual(log[0]["placement_mismatch"], 0.4)
         self.assertEqual(log[0]["drift"], 0.0)
+
+    def floor_runner(self, afters, floors):
+        """run(out) writing attempt i with an `after` decode probe afters[i]
+        and a noise floor floors[i]."""
+        calls = []
+
+        def run(out):
+            i = len(calls)
+            write_point(out, (0.010, 1e11), (0.010, 1e11), (afters[i], 1e11), floor=floors[i])
+            calls.append(out)
+        return run, calls
+
+    def test_reruns_an_attempt_whose_floor_is_over_its_bound(self):
+        # attempt 1 steady but noisy (floor 6.5%), attempt 2 steady and quiet
+        run, calls = self.floor_runner([0.010, 0.0101], [0.065, 0.040])
+        log = []
+        attempt, score = drift_gate.validate_gated(run, self.point, "report", 0.05, 3, log, max_floor=0.05)
+        self.assertEqual((len(calls), attempt), (2, 2))
+        self.assertAlmostEqual(score, 0.01)
+        self.assertAlmostEqual(log[0]["floor"], 0.065)
+        self.assertAlmostEqual(log[0]["excess"], 1.3)
+        self.assertAlmostEqual(log[1]["excess"], 0.8)
+
+    def test_without_a_floor_bound_the_floor_does_not_gate(self):
+        run, calls = self.floor_runner([0.010, 0.0101], [0.065, 0.040])
+        attempt, _ = drift_gate.validate_gated(run, self.point, "report", 0.05, 3, [])
+        self.assertEqual((len(calls), attempt), (1, 1))
+
+    def test_keeps_the_attempt_nearest_to_passing_both_bounds(self):
+        # excesses: max(0.06/0.05, 0.03/0.05) = 1.2; max(0.01/0.05, 0.07/0.05) = 1.4; max(0.055/0.05, 0.052/0.05) = 1.1
+        run, calls = self.floor_runner([0.0106, 0.0101, 0.01055], [0.03, 0.07, 0.052])
+        log = []
+        attempt, score = drift_gate.validate_gated(run, self.point, "report", 0.05, 3, log, max_floor=0.05)
+        self.assertEqual((len(calls), attempt), (3, 3))
+        self.assertAlmostEqual(score, 0.055)
+        self.assertEqual([round(row["excess"], 6) for row in log], [1.2, 1.4, 1.1])
+
+    def test_a_report_without_a_floor_does_not_pass_a_floor_bound(self):
+        run, calls = self.floor_runner([0.010, 0.010], [None, 0.02])
+        attempt, _ = drift_gate.validate_gated(run, self.point, "report", 0.05, 3, [], max_floor=0.05)
+        self.assertEqual((len(calls), attempt), (2, 2))
+        self.assertIsNone(drift_gate.floor_of(f"{self.point}.attempt1"))
 
     def test_without_a_gate_runs_once_into_the_point(self):
         run, calls = self.runner([0.02])
