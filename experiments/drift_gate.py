@@ -47,10 +47,12 @@ measured / predicted over that ratio's rolling median). It measures the
 machine during the attempt, not the cost model: on the 2-core Xeon VM it
 moved between 3.8% and 7.0% from run to run of the same code and workload,
 and an attempt whose floor is above a MAPE target cannot test a cost model
-against it. With `max_floor` > 0 an attempt passes when its score is at
-most `max_drift` and its floor at most `max_floor`; each is taken as a
-share of its bound (its excess), and the attempt with the lowest larger
-excess is kept.
+against it. With `max_floor` > 0 an attempt passes when its floor is at
+most `max_floor` (and, with `max_drift` > 0, its score at most
+`max_drift`); each is taken as a share of its bound (its excess), and the
+attempt with the lowest larger excess is kept. With `validate --in-situ
+interleave` the run's level is timed all through it, so a drift over the
+run no longer spoils the prediction and the floor alone can gate.
 """
 import json
 import os
@@ -139,9 +141,10 @@ def floor_of(point):
 
 def excess(score, floor, max_drift, max_floor):
     """How far an attempt is from passing the gate: the larger of its score
-    over max_drift and (with max_floor > 0) its floor over max_floor; it
-    passes at 1 or below. A missing floor counts as over any bound."""
-    ratios = [score / max_drift]
+    over max_drift and its floor over max_floor, each where its bound is
+    above 0; it passes at 1 or below. A missing floor counts as over any
+    bound."""
+    ratios = [score / max_drift] if max_drift > 0 else [0.0]
     if max_floor > 0:
         ratios.append(float("inf") if floor is None else floor / max_floor)
     return max(ratios)
@@ -159,11 +162,11 @@ def prune_to_reports(folder):
 
 def validate_gated(run, point, anchor, max_drift, attempts, log, max_floor=0.0):
     """run(out_folder) runs one `servesim validate` into out_folder. Without a
-    gate (max_drift <= 0) it runs once into `point`. With max_floor > 0 the
-    gate also bounds each attempt's noise floor (see the module's text).
-    Appends one dict per attempt to `log`; returns (attempt kept, its gate
-    score)."""
-    if max_drift <= 0:
+    gate (max_drift and max_floor both <= 0) it runs once into `point`.
+    max_drift bounds each attempt's gate score, max_floor its noise floor
+    (see the module's text). Appends one dict per attempt to `log`; returns
+    (attempt kept, its gate score)."""
+    if max_drift <= 0 and max_floor <= 0:
         run(point)
         return 1, gate_score(point, anchor)
     tries = []

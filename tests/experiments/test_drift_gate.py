@@ -191,6 +191,15 @@ class ValidateGated(InScratch):
         self.assertAlmostEqual(score, 0.055)
         self.assertEqual([round(row["excess"], 6) for row in log], [1.2, 1.4, 1.1])
 
+    def test_the_floor_alone_can_gate(self):
+        # attempt 1 drifted 30% but is quiet: without a drift bound it passes
+        run, calls = self.floor_runner([0.013, 0.010], [0.045, 0.030])
+        log = []
+        attempt, score = drift_gate.validate_gated(run, self.point, "report", 0.0, 3, log, max_floor=0.05)
+        self.assertEqual((len(calls), attempt), (1, 1))
+        self.assertAlmostEqual(score, 0.3)
+        self.assertAlmostEqual(log[0]["excess"], 0.9)
+
     def test_a_report_without_a_floor_does_not_pass_a_floor_bound(self):
         run, calls = self.floor_runner([0.010, 0.010], [None, 0.02])
         attempt, _ = drift_gate.validate_gated(run, self.point, "report", 0.05, 3, [], max_floor=0.05)
