@@ -224,7 +224,7 @@ TrackedLevels track_levels(const DeviceProfile& refreshed, const InSituRefreshSe
         p.seconds / ((prefill ? predicted_prefill(p.prefill_tokens) : predicted_decode(p.sequences)) * ratio);
     (prefill ? out.prefill : out.decode).push_back(l);
   }
-  smooth(out.decode, 1);
+  smooth(out.decode, kDecodeNeighbours);
   smooth(out.prefill, kPrefillNeighbours);
   for (std::vector<TrackLevel>* levels : {&out.decode, &out.prefill}) {
     std::vector<double> all;

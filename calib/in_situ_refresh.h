@@ -203,10 +203,9 @@ InSituRefreshResult refresh_in_situ(const DeviceProfile& profile, const InSituRe
 //   Refresh: as it is, so the probes set the level (--in-situ interleave,
 //     whose probes mostly run between served iterations, as served steps
 //     do).
-// Decode probes and prefill probes make two levels, each smoothed over its
-// own kind's neighbours (a prefill probe's over kPrefillNeighbours on each
-// side: one prefill is noisier than a median of decode steps) and each
-// sorted by time; empty without probes of its kind.
+// Decode probes and prefill probes make two levels, each sorted by time and
+// smoothed over its own kind's neighbours (kDecodeNeighbours and
+// kPrefillNeighbours on each side); empty without probes of its kind.
 struct TrackLevel {
   TrackProbe probe;
   double measured_over_predicted = 1, smoothed = 1, level = 1;
@@ -220,7 +219,17 @@ struct TrackedLevels {
   // the first and after the last, 1 without any.
   double at(bool has_prefill, double t) const;
 };
-constexpr size_t kPrefillNeighbours = 2;
+// A decode probe is the median of a few steps; its neighbours' median
+// keeps one noisy probe from setting the level.
+constexpr size_t kDecodeNeighbours = 1;
+// Prefill probes are not smoothed. On the 2-core Xeon VM a prefill ran
+// either near its prediction or about 1.3x over it, in spells that lasted
+// seconds (three probes 0.5 s apart at 1.32-1.34 in one run); a median over
+// 2 neighbours on each side read through the spells and under-costed the
+// served prefills in them. Over the iterations with a prefill of 4 full
+// runs (657, experiments/validation_cpu/level_by_kind.py's data), MAPE
+// was 9.3% with that median and 8.2% unsmoothed, lower in every run.
+constexpr size_t kPrefillNeighbours = 0;
 enum class TrackLevelBasis { RunMedian, Refresh };
 TrackedLevels track_levels(const DeviceProfile& refreshed, const InSituRefreshSettings& settings,
                            const std::vector<TrackProbe>& probes, TrackLevelBasis basis);

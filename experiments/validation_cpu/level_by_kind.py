@@ -14,11 +14,16 @@ what their report says was applied: `in_situ.tracked.levelled`.
 
 Folders with prefill timings (`in_situ.tracked.prefill_probes`, validate
 --interleave-prefill-interval) add a third column for prefill and mixed
-iterations: each scaled by the prefill timings' level instead (smoothed
-over 5, as validate does).
+iterations: each scaled by the prefill timings' level instead. That level
+is the one the run applied (the report's `level` of each prefill timing:
+until this session's commit the median over 2 neighbours on each side,
+since then unsmoothed), or with --prefill-smooth W the median over W
+timings around each (W = 1: unsmoothed; 5: the earlier rule), to compare
+the two rules on the same iterations.
 
-Usage: experiments/validation_cpu/level_by_kind.py POINT_DIR [POINT_DIR ...]
+Usage: experiments/validation_cpu/level_by_kind.py [--prefill-smooth W] POINT_DIR [POINT_DIR ...]
 """
+import argparse
 import csv
 import json
 import os
@@ -30,7 +35,7 @@ from probe_interval import levels_at
 KINDS = ["decode", "prefill", "mixed"]
 
 
-def main(points):
+def main(points, prefill_smooth):
     errors = {k: {"with": [], "without": [], "prefill level": []} for k in KINDS}
     used = 0
     for point in points:
@@ -48,17 +53,23 @@ def main(points):
         prefill_levelled = "prefill and mixed" in levelled
         used += 1
         probes = sorted((p["time_s"], p["measured_over_predicted"]) for p in tracked["probes"])
-        prefill_probes = sorted((p["time_s"], p["measured_over_predicted"])
-                                for p in tracked.get("prefill_probes", []))
+        prefill_probes = sorted(tracked.get("prefill_probes", []), key=lambda p: p["time_s"])
         with open(os.path.join(point, "iterations.csv")) as f:
             its = list(csv.DictReader(f))
         with open(os.path.join(point, "measured", "iterations.csv")) as f:
             starts = [float(r["start_s"]) for r in csv.DictReader(f)]
-        prefill_levels = levels_at(starts, prefill_probes, 1, 5) if prefill_probes else [None] * len(starts)
-        for r, level, prefill_level in zip(its, levels_at(starts, probes, 1, 3), prefill_levels):
+        # The prefill level as the run applied it (each timing's `level`,
+        # already smoothed) divides out of the predictions; the column's is
+        # that one or, with --prefill-smooth, re-smoothed from the timings.
+        applied_prefill = (levels_at(starts, [(p["time_s"], p["level"]) for p in prefill_probes], 1, 1)
+                           if prefill_probes else [None] * len(starts))
+        prefill_levels = (levels_at(starts, [(p["time_s"], p["measured_over_predicted"]) for p in prefill_probes],
+                                    1, prefill_smooth) if prefill_probes and prefill_smooth else applied_prefill)
+        for r, level, applied, prefill_level in zip(its, levels_at(starts, probes, 1, 3), applied_prefill,
+                                                    prefill_levels):
             kind, predicted, measured = r["kind"], float(r["predicted_s"]), float(r["measured_s"])
             if kind != "decode" and prefill_levelled:
-                bare = predicted / prefill_level
+                bare = predicted / applied
             else:
                 bare = predicted / level if kind in levelled else predicted
             errors[kind]["with"].append(bare * level / measured - 1)
@@ -81,6 +92,12 @@ def main(points):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2:
-        sys.exit(__doc__)
-    main(sys.argv[1:])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--prefill-smooth", type=int, default=0,
+                    help="median over W prefill timings around each (odd; 1: unsmoothed); "
+                         "default 0: the level the run applied")
+    ap.add_argument("points", nargs="+")
+    a = ap.parse_args()
+    if a.prefill_smooth < 0 or (a.prefill_smooth and a.prefill_smooth % 2 == 0):
+        sys.exit("--prefill-smooth: an odd number of timings, or 0 for the level the run applied")
+    main(a.points, a.prefill_smooth)

@@ -169,6 +169,9 @@ def main():
     ap.add_argument("--validate-args", default="", help="extra flags for every `servesim validate`")
     ap.add_argument("--calibrate-args", default="", help="extra flags for `servesim calibrate`")
     opts = ap.parse_args()
+    # The commit at the start: the code this study runs, even if another lands while it runs.
+    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True).stdout.strip()
     loads = None
     if opts.loads:
         try:
@@ -249,8 +252,6 @@ def main():
             w.writeheader()
             w.writerows(attempts)
 
-    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True).stdout.strip()
     cpu = ""
     try:
         with open("/proc/cpuinfo") as f:

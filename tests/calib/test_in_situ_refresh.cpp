@@ -388,7 +388,7 @@ TEST_CASE("in-situ interleaving: a prefill probe every prefill interval, its own
   CHECK_FALSE(refresher.probe_between(executor, 0.15, 4));
   CHECK(refresher.probe_between(executor, 0.2, 4));
   CHECK(refresher.probes().back().prefill_tokens == 0);
-  // Prefills at 0.5 s intervals, run slower from the third on, with one outlier.
+  // Prefills at 0.5 s intervals, run slower from the third on, one of them 2x.
   const std::vector<double> prefill_scales = {1.0, 1.2, 1.2, 2.0, 1.2};
   for (size_t k = 0; k < prefill_scales.size(); ++k) {
     executor.prefill_scale = prefill_scales[k];
@@ -402,9 +402,12 @@ TEST_CASE("in-situ interleaving: a prefill probe every prefill interval, its own
   REQUIRE(levels.prefill.size() == 6);
   CHECK(levels.prefill[0].measured_over_predicted == Approx(1.0));  // the first, at scale 1
   CHECK(levels.prefill[4].measured_over_predicted == Approx(2.0));
-  // Medians over 2 neighbours on each side: the outlier does not carry.
-  CHECK(levels.prefill[4].smoothed == Approx(1.2));
-  CHECK(levels.prefill[0].smoothed == Approx(1.0));  // of 1.0, 1.0, 1.2
+  // Not smoothed (kPrefillNeighbours = 0): each prefill sets the level at
+  // its time, linear in between.
+  CHECK(kPrefillNeighbours == 0);
+  CHECK(levels.prefill[4].smoothed == Approx(2.0));
+  CHECK(levels.at(true, 2.0) == Approx(2.0));
+  CHECK(levels.at(true, 2.25) == Approx(1.6));
   CHECK(levels.at(true, 2.5) == Approx(1.2));
   for (const TrackLevel& l : levels.decode) CHECK(l.level == Approx(1.0));
   CHECK(levels.at(false, 2.5) == Approx(1.0));
