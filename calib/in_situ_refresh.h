@@ -226,9 +226,10 @@ constexpr size_t kDecodeNeighbours = 1;
 // either near its prediction or about 1.3x over it, in spells that lasted
 // seconds (three probes 0.5 s apart at 1.32-1.34 in one run); a median over
 // 2 neighbours on each side read through the spells and under-costed the
-// served prefills in them. Over the iterations with a prefill of 4 full
-// runs (657, experiments/validation_cpu/level_by_kind.py's data), MAPE
-// was 9.3% with that median and 8.2% unsmoothed, lower in every run.
+// served prefills in them. Over the 758 iterations with a prefill of 4
+// study runs there (24 points; experiments/validation_cpu/level_by_kind.py
+// --prefill-smooth 5 and 1), MAPE was 9.3% with that median and 8.3%
+// unsmoothed; prefill-only iterations' was lower in each run.
 constexpr size_t kPrefillNeighbours = 0;
 enum class TrackLevelBasis { RunMedian, Refresh };
 TrackedLevels track_levels(const DeviceProfile& refreshed, const InSituRefreshSettings& settings,

@@ -35,7 +35,11 @@ from probe_interval import levels_at
 KINDS = ["decode", "prefill", "mixed"]
 
 
-def main(points, prefill_smooth):
+def errors_by_kind(points, prefill_smooth=0):
+    """Per kind, each iteration's predicted / measured - 1 with the decode
+    level ("with"), without a level ("without") and, for prefill and mixed
+    iterations of runs with prefill timings, with the prefill level
+    ("prefill level"); and the number of interleave points used."""
     errors = {k: {"with": [], "without": [], "prefill level": []} for k in KINDS}
     used = 0
     for point in points:
@@ -76,6 +80,11 @@ def main(points, prefill_smooth):
             errors[kind]["without"].append(bare / measured - 1)
             if prefill_level is not None and kind != "decode":
                 errors[kind]["prefill level"].append(bare * prefill_level / measured - 1)
+    return errors, used
+
+
+def main(points, prefill_smooth):
+    errors, used = errors_by_kind(points, prefill_smooth)
     print(f"{used} interleave points")
     print("| kind | iterations | MAPE with the decode level | without | with the prefill level "
           "| bias with the decode level | without | with the prefill level |")

@@ -1,0 +1,103 @@
+"""Unit tests of the CPU validation study's tables:
+experiments/validation_cpu/level_by_kind.py (each kind of iteration with
+and without each tracked level) and runs_table.py (which kept attempts
+passed their run's gate)."""
+import csv
+import json
+import os
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "experiments", "validation_cpu"))
+import level_by_kind  # noqa: E402
+import runs_table  # noqa: E402
+
+
+def write_csv(path, rows):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+
+
+def probe(t, ratio, level):
+    return {"time_s": t, "measured_over_predicted": ratio, "level": level}
+
+
+class LevelByKind(unittest.TestCase):
+    """One interleave point: prefill timings 1 s apart, the third 1.3x slow;
+    the run applied the median over 5 (1.0 everywhere)."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.point = os.path.join(self.tmp.name, "chunked_light")
+        os.makedirs(self.point)
+        tracked = {"basis": "refresh", "levelled": ["decode", "prefill and mixed"],
+                   "probes": [probe(0.0, 1.0, 1.0), probe(4.0, 1.0, 1.0)],
+                   "prefill_probes": [probe(float(t), r, 1.0) for t, r in enumerate([1.0, 1.0, 1.3, 1.0, 1.0])]}
+        with open(os.path.join(self.point, "report_replay.json"), "w") as f:
+            json.dump({"in_situ": {"tracked": tracked}}, f)
+        # (kind, start, predicted as the run applied it, measured)
+        its = [("prefill", 0.5, 0.100, 0.100), ("decode", 1.0, 0.020, 0.020), ("prefill", 2.0, 0.100, 0.130)]
+        write_csv(os.path.join(self.point, "iterations.csv"),
+                  [{"index": i, "kind": k, "predicted_s": p, "measured_s": m} for i, (k, _, p, m) in enumerate(its)])
+        write_csv(os.path.join(self.point, "measured", "iterations.csv"),
+                  [{"index": i, "start_s": s} for i, (_, s, _, _) in enumerate(its)])
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def test_the_applied_level_misses_the_slow_prefill(self):
+        errors, used = level_by_kind.errors_by_kind([self.point])
+        self.assertEqual(used, 1)
+        got = errors["prefill"]["prefill level"]
+        self.assertAlmostEqual(got[0], 0.0)
+        self.assertAlmostEqual(got[1], 0.100 / 0.130 - 1)
+        self.assertEqual(errors["decode"]["with"], [0.0])
+
+    def test_unsmoothed_the_slow_timing_sets_the_level_at_its_time(self):
+        errors, _ = level_by_kind.errors_by_kind([self.point], prefill_smooth=1)
+        got = errors["prefill"]["prefill level"]
+        self.assertAlmostEqual(got[0], 0.0)  # between the two timings at 1.0
+        self.assertAlmostEqual(got[1], 0.0)  # 0.100 x 1.3 against 0.130
+        # a median over 5 reads through it, as the run did
+        errors, _ = level_by_kind.errors_by_kind([self.point], prefill_smooth=5)
+        self.assertAlmostEqual(errors["prefill"]["prefill level"][1], 0.100 / 0.130 - 1)
+
+    def test_a_folder_without_interleave_timings_is_skipped(self):
+        with open(os.path.join(self.point, "report_replay.json"), "w") as f:
+            json.dump({"in_situ": {}}, f)
+        self.assertEqual(level_by_kind.errors_by_kind([self.point])[1], 0)
+
+
+class RunsTableGate(unittest.TestCase):
+    def row(self, score, floor):
+        return {"gate_score": score, "iteration_mape_floor": floor}
+
+    def test_each_bound_above_zero_gates(self):
+        floor_only = {"max_drift": 0.0, "max_floor": 0.05}
+        self.assertTrue(runs_table.passed(self.row(0.3, 0.04), floor_only))
+        self.assertFalse(runs_table.passed(self.row(0.0, 0.06), floor_only))
+        self.assertFalse(runs_table.passed(self.row(0.0, "nan"), floor_only))
+        both = {"max_drift": 0.05, "max_floor": 0.05}
+        self.assertFalse(runs_table.passed(self.row(0.3, 0.04), both))
+        self.assertTrue(runs_table.passed(self.row(0.05, 0.05), both))
+        drift_only = {"max_drift": 0.05, "max_floor": 0.0}
+        self.assertTrue(runs_table.passed(self.row(0.01, 0.09), drift_only))
+
+    def test_the_label_names_a_floor_gate(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            with open(os.path.join(tmp, "metadata.json"), "w") as f:
+                json.dump({"command": "run.py --max-floor 0.05 --in-situ interleave", "commit": "abc1234",
+                           "max_drift": 0.0, "max_floor": 0.05, "predict_draws": 51}, f)
+            write_csv(os.path.join(tmp, "summary.csv"), [{"scheduler": "chunked", "mode": "replay"}])
+            label, rows, gate = runs_table.load(tmp)
+        self.assertIn("floor gate 0.05", label)
+        self.assertEqual(gate, {"max_drift": 0.0, "max_floor": 0.05})
+        self.assertEqual(len(rows), 1)
+
+
+if __name__ == "__main__":
+    unittest.main()
