@@ -16,7 +16,7 @@ Folders with prefill timings (`in_situ.tracked.prefill_probes`, validate
 --interleave-prefill-interval) add a third column for prefill and mixed
 iterations: each scaled by the prefill timings' level instead. That level
 is the one the run applied (the report's `level` of each prefill timing:
-until this session's commit the median over 2 neighbours on each side,
+until 30e73a8 the median over 2 neighbours on each side,
 since then unsmoothed), or with --prefill-smooth W the median over W
 timings around each (W = 1: unsmoothed; 5: the earlier rule), to compare
 the two rules on the same iterations.
