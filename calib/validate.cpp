@@ -474,8 +474,9 @@ nlohmann::json tracked_json(const TrackedLevels& levels, bool in_idle_gaps) {
                : "decode steps of the served batch (as the refresh timed it), and every so often a whole-model "
                  "prefill, timed on the served decoder between served iterations with the run's clock stopped, "
                  "over the refreshed prediction (in their placement); a decode probe's smoothed with its "
-                 "neighbours, a prefill probe's as measured (level); every decode-only iteration's cost is scaled by the decode probes' level at its time, "
-                 "every iteration with a prefill by the prefill probes' (prefill_probes)"},
+                 "neighbours, a prefill probe's as measured (level); every decode-only iteration's cost is "
+                 "scaled by the decode probes' level at its time, every iteration with a prefill by the "
+                 "prefill probes' (prefill_probes)"},
           {"basis", in_idle_gaps ? "run median" : "refresh"},
           {"levelled", levelled},
           {"probes", probes(levels.decode)},

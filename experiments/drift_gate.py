@@ -43,11 +43,12 @@ a row of attempts.csv.
 The gate can also bound the run's own noise: report_replay.json's
 iteration_mape.floor, the iteration MAPE that a cost model knowing the
 run's level at every moment would still have (each iteration's
-measured / predicted over that ratio's rolling median). It measures the
-machine during the attempt, not the cost model: on the 2-core Xeon VM it
-moved between 3.8% and 7.0% from run to run of the same code and workload,
-and an attempt whose floor is above a MAPE target cannot test a cost model
-against it. With `max_floor` > 0 an attempt passes when its floor is at
+measured / predicted over that ratio's rolling median). Between the
+attempts of one point (the same workload, predicted from the same
+profile) what moves it is the machine, not the cost model: on the 2-core
+Xeon VM it moved between 3.5% and 7.0% from run to run of the same code
+and workload, and an attempt whose floor is above a MAPE target cannot
+test a cost model against it. With `max_floor` > 0 an attempt passes when its floor is at
 most `max_floor` (and, with `max_drift` > 0, its score at most
 `max_drift`); each is taken as a share of its bound (its excess), and the
 attempt with the lowest larger excess is kept. With `validate --in-situ

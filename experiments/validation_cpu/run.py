@@ -36,8 +36,9 @@ and decode steps again just before and just after its real run and
 predicts with them (calib/in_situ_refresh.h); the gate's drift is then how
 much those timings moved over the run.
 
-Some moments of the VM are noisier than others: the same decode step
-varies from step to step by 3% in one minute and 7-11% in another. Each
+Some moments of the VM are noisier than others: the same decode step,
+timed over and over for 25-60 s, had a coefficient of variation of 3% in
+some windows and 7-11% in others within one hour. Each
 validate reports its run's noise floor (iteration_mape.floor: the MAPE of
 a cost model that knew the run's level at every moment). With --max-floor
 F2 the gate also reruns a point whose floor is above F2, and keeps the
