@@ -19,6 +19,9 @@ import os
 import re
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import drift_gate  # noqa: E402  (experiments/drift_gate.py)
+
 ERRORS = ["ttft_p50_rel_error", "ttft_p90_rel_error", "tpot_p50_rel_error", "tpot_p90_rel_error"]
 
 
@@ -52,15 +55,15 @@ def load(folder):
 def score(row):
     """The gate's score (drift or placement mismatch); runs before the
     placement was watched have the drift only."""
-    return float(row.get("gate_score") or row["anchor_drift"])
+    gate_score = row.get("gate_score")
+    return float(gate_score if gate_score not in (None, "") else row["anchor_drift"])
 
 
 def passed(row, gate):
-    """Whether a kept attempt passed its run's gate (each bound above 0)."""
+    """Whether a kept attempt passed its run's gate (drift_gate.excess)."""
     floor = row.get("iteration_mape_floor")
-    floor = float(floor) if floor not in (None, "", "nan") else float("inf")
-    return ((gate["max_drift"] <= 0 or score(row) <= gate["max_drift"])
-            and (gate["max_floor"] <= 0 or floor <= gate["max_floor"]))
+    floor = float(floor) if floor not in (None, "", "nan") else None
+    return drift_gate.excess(score(row), floor, gate["max_drift"], gate["max_floor"]) <= 1
 
 
 def main(folders):

@@ -111,12 +111,15 @@ class CostedInItsPlacement(InScratch):
 
 
 class ValidateGated(InScratch):
-    def runner(self, afters):
-        """run(out) writing attempt i with an `after` decode probe afters[i]."""
+    def runner(self, afters, floors=None):
+        """run(out) writing attempt i with an `after` decode probe afters[i]
+        (and a noise floor floors[i], if given)."""
         calls = []
 
         def run(out):
-            write_point(out, (0.010, 1e11), (0.010, 1e11), (afters[len(calls)], 1e11))
+            i = len(calls)
+            write_point(out, (0.010, 1e11), (0.010, 1e11), (afters[i], 1e11),
+                        floor=floors[i] if floors else None)
             calls.append(out)
         return run, calls
 
@@ -155,20 +158,9 @@ class ValidateGated(InScratch):
         self.assertAlmostEqual(log[0]["placement_mismatch"], 0.4)
         self.assertEqual(log[0]["drift"], 0.0)
 
-    def floor_runner(self, afters, floors):
-        """run(out) writing attempt i with an `after` decode probe afters[i]
-        and a noise floor floors[i]."""
-        calls = []
-
-        def run(out):
-            i = len(calls)
-            write_point(out, (0.010, 1e11), (0.010, 1e11), (afters[i], 1e11), floor=floors[i])
-            calls.append(out)
-        return run, calls
-
     def test_reruns_an_attempt_whose_floor_is_over_its_bound(self):
         # attempt 1 steady but noisy (floor 6.5%), attempt 2 steady and quiet
-        run, calls = self.floor_runner([0.010, 0.0101], [0.065, 0.040])
+        run, calls = self.runner([0.010, 0.0101], [0.065, 0.040])
         log = []
         attempt, score = drift_gate.validate_gated(run, self.point, "report", 0.05, 3, log, max_floor=0.05)
         self.assertEqual((len(calls), attempt), (2, 2))
@@ -178,13 +170,13 @@ class ValidateGated(InScratch):
         self.assertAlmostEqual(log[1]["excess"], 0.8)
 
     def test_without_a_floor_bound_the_floor_does_not_gate(self):
-        run, calls = self.floor_runner([0.010, 0.0101], [0.065, 0.040])
+        run, calls = self.runner([0.010, 0.0101], [0.065, 0.040])
         attempt, _ = drift_gate.validate_gated(run, self.point, "report", 0.05, 3, [])
         self.assertEqual((len(calls), attempt), (1, 1))
 
     def test_keeps_the_attempt_nearest_to_passing_both_bounds(self):
         # excesses: max(0.06/0.05, 0.03/0.05) = 1.2; max(0.01/0.05, 0.07/0.05) = 1.4; max(0.055/0.05, 0.052/0.05) = 1.1
-        run, calls = self.floor_runner([0.0106, 0.0101, 0.01055], [0.03, 0.07, 0.052])
+        run, calls = self.runner([0.0106, 0.0101, 0.01055], [0.03, 0.07, 0.052])
         log = []
         attempt, score = drift_gate.validate_gated(run, self.point, "report", 0.05, 3, log, max_floor=0.05)
         self.assertEqual((len(calls), attempt), (3, 3))
@@ -193,7 +185,7 @@ class ValidateGated(InScratch):
 
     def test_the_floor_alone_can_gate(self):
         # attempt 1 drifted 30% but is quiet: without a drift bound it passes
-        run, calls = self.floor_runner([0.013, 0.010], [0.045, 0.030])
+        run, calls = self.runner([0.013, 0.010], [0.045, 0.030])
         log = []
         attempt, score = drift_gate.validate_gated(run, self.point, "report", 0.0, 3, log, max_floor=0.05)
         self.assertEqual((len(calls), attempt), (1, 1))
@@ -201,7 +193,7 @@ class ValidateGated(InScratch):
         self.assertAlmostEqual(log[0]["excess"], 0.9)
 
     def test_a_report_without_a_floor_does_not_pass_a_floor_bound(self):
-        run, calls = self.floor_runner([0.010, 0.010], [None, 0.02])
+        run, calls = self.runner([0.010, 0.010], [None, 0.02])
         attempt, _ = drift_gate.validate_gated(run, self.point, "report", 0.05, 3, [], max_floor=0.05)
         self.assertEqual((len(calls), attempt), (2, 2))
         self.assertIsNone(drift_gate.floor_of(f"{self.point}.attempt1"))
