@@ -19,9 +19,13 @@ is the one the run applied (the report's `level` of each prefill timing:
 until 30e73a8 the median over 2 neighbours on each side,
 since then unsmoothed), or with --prefill-smooth W the median over W
 timings around each (W = 1: unsmoothed; 5: the earlier rule), to compare
-the two rules on the same iterations.
+the two rules on the same iterations. With --prefill-every K only every
+K-th prefill timing is kept (unsmoothed unless --prefill-smooth says
+otherwise): the same iterations costed as if the run had timed its
+prefills K times less often, a within-run test of
+--interleave-prefill-interval.
 
-Usage: experiments/validation_cpu/level_by_kind.py [--prefill-smooth W] POINT_DIR [POINT_DIR ...]
+Usage: experiments/validation_cpu/level_by_kind.py [--prefill-smooth W] [--prefill-every K] POINT_DIR [POINT_DIR ...]
 """
 import argparse
 import csv
@@ -35,7 +39,7 @@ from probe_interval import levels_at
 KINDS = ["decode", "prefill", "mixed"]
 
 
-def errors_by_kind(points, prefill_smooth=0):
+def errors_by_kind(points, prefill_smooth=0, prefill_every=1):
     """Per kind, each iteration's predicted / measured - 1 with the decode
     level ("with"), without a level ("without") and, for prefill and mixed
     iterations of runs with prefill timings, with the prefill level
@@ -64,11 +68,13 @@ def errors_by_kind(points, prefill_smooth=0):
             starts = [float(r["start_s"]) for r in csv.DictReader(f)]
         # The prefill level as the run applied it (each timing's `level`,
         # already smoothed) divides out of the predictions; the column's is
-        # that one or, with --prefill-smooth, re-smoothed from the timings.
+        # that one or, with --prefill-smooth or --prefill-every, re-derived
+        # from the timings kept.
         applied_prefill = (levels_at(starts, [(p["time_s"], p["level"]) for p in prefill_probes], 1, 1)
                            if prefill_probes else [None] * len(starts))
+        rederive = prefill_probes and (prefill_smooth or prefill_every > 1)
         prefill_levels = (levels_at(starts, [(p["time_s"], p["measured_over_predicted"]) for p in prefill_probes],
-                                    1, prefill_smooth) if prefill_probes and prefill_smooth else applied_prefill)
+                                    prefill_every, prefill_smooth or 1) if rederive else applied_prefill)
         for r, level, applied, prefill_level in zip(its, levels_at(starts, probes, 1, 3), applied_prefill,
                                                     prefill_levels):
             kind, predicted, measured = r["kind"], float(r["predicted_s"]), float(r["measured_s"])
@@ -83,8 +89,8 @@ def errors_by_kind(points, prefill_smooth=0):
     return errors, used
 
 
-def main(points, prefill_smooth):
-    errors, used = errors_by_kind(points, prefill_smooth)
+def main(points, prefill_smooth, prefill_every):
+    errors, used = errors_by_kind(points, prefill_smooth, prefill_every)
     print(f"{used} interleave points")
     print("| kind | iterations | MAPE with the decode level | without | with the prefill level "
           "| bias with the decode level | without | with the prefill level |")
@@ -105,8 +111,13 @@ if __name__ == "__main__":
     ap.add_argument("--prefill-smooth", type=int, default=0,
                     help="median over W prefill timings around each (odd; 1: unsmoothed); "
                          "default 0: the level the run applied")
+    ap.add_argument("--prefill-every", type=int, default=1,
+                    help="keep every K-th prefill timing (K > 1: the level re-derived from those, "
+                         "unsmoothed unless --prefill-smooth)")
     ap.add_argument("points", nargs="+")
     a = ap.parse_args()
     if a.prefill_smooth < 0 or (a.prefill_smooth and a.prefill_smooth % 2 == 0):
         sys.exit("--prefill-smooth: an odd number of timings, or 0 for the level the run applied")
-    main(a.points, a.prefill_smooth)
+    if a.prefill_every < 1:
+        sys.exit("--prefill-every: keep every K-th prefill timing, K at least 1")
+    main(a.points, a.prefill_smooth, a.prefill_every)

@@ -66,6 +66,17 @@ class LevelByKind(unittest.TestCase):
         errors, _ = level_by_kind.errors_by_kind([self.point], prefill_smooth=5)
         self.assertAlmostEqual(errors["prefill"]["prefill level"][1], 0.100 / 0.130 - 1)
 
+    def test_every_other_prefill_timing_misses_the_slow_one(self):
+        # Timings 0, 2 and 4 s kept: the slow one (2 s) stays, the level at
+        # 0.5 s is interpolated between 1.0 and 1.3.
+        errors, _ = level_by_kind.errors_by_kind([self.point], prefill_every=2)
+        got = errors["prefill"]["prefill level"]
+        self.assertAlmostEqual(got[0], 0.100 * (1.0 + 0.25 * 0.3) / 0.100 - 1)
+        self.assertAlmostEqual(got[1], 0.0)
+        # Every 4th (0 and 4 s): the slow timing is gone, the level 1.0.
+        errors, _ = level_by_kind.errors_by_kind([self.point], prefill_every=4)
+        self.assertAlmostEqual(errors["prefill"]["prefill level"][1], 0.100 / 0.130 - 1)
+
     def test_a_folder_without_interleave_timings_is_skipped(self):
         with open(os.path.join(self.point, "report_replay.json"), "w") as f:
             json.dump({"in_situ": {}}, f)
