@@ -72,7 +72,7 @@ struct InSituRefreshSettings {
   // probes read 1.00, and prefill probes read 1.0 to 1.9 times it within
   // seconds (experiments/results/cpu_xeon).
   int64_t prefill_probe_tokens = 0;
-  double between_prefill_probe_interval_s = 0.5;
+  double between_prefill_probe_interval_s = 0.25;  // validate: kDefaultInterleavePrefillIntervalS
 };
 
 // The settings for `profile` and a run of at most `max_num_seqs` sequences,

@@ -43,6 +43,8 @@ def load(folder):
     in_situ = f", in-situ {in_situ.group(1)}" if in_situ else ""
     interval = re.search(r"--interleave-interval[ =]([0-9.]+)", meta["command"])
     in_situ += f" every {interval.group(1)} s" if interval else ""
+    prefill_interval = re.search(r"--interleave-prefill-interval[ =]([0-9.]+)", meta["command"])
+    in_situ += f", prefill timings every {prefill_interval.group(1)} s" if prefill_interval else ""
     loads = re.search(r"--loads[ =](\S+)", meta["command"])
     loads = f", loads {loads.group(1)}" if loads and not threads else ""
     draws = meta.get("predict_draws", 1)

@@ -87,6 +87,15 @@ class RunsTableGate(unittest.TestCase):
     def row(self, score, floor):
         return {"gate_score": score, "iteration_mape_floor": floor}
 
+    def test_the_label_names_the_timing_intervals(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            with open(os.path.join(tmp, "metadata.json"), "w") as f:
+                json.dump({"command": "run.py --in-situ interleave --validate-args --interleave-interval 0.05 "
+                                      "--interleave-prefill-interval 0.25", "commit": "abc1234"}, f)
+            write_csv(os.path.join(tmp, "summary.csv"), [{"scheduler": "chunked", "mode": "replay"}])
+            label = runs_table.load(tmp)[0]
+        self.assertIn("in-situ interleave every 0.05 s, prefill timings every 0.25 s", label)
+
     def test_each_bound_above_zero_gates(self):
         floor_only = {"max_drift": 0.0, "max_floor": 0.05}
         self.assertTrue(runs_table.passed(self.row(0.3, 0.04), floor_only))
@@ -106,6 +115,7 @@ class RunsTableGate(unittest.TestCase):
             write_csv(os.path.join(tmp, "summary.csv"), [{"scheduler": "chunked", "mode": "replay"}])
             label, rows, gate = runs_table.load(tmp)
         self.assertIn("floor gate 0.05", label)
+        self.assertNotIn("prefill timings", label)
         self.assertEqual(gate, {"max_drift": 0.0, "max_floor": 0.05})
         self.assertEqual(len(rows), 1)
 
