@@ -47,6 +47,22 @@
 
 namespace servesim {
 
+// Seconds of the run's clock between interleaved timings: on the 2-core VM
+// every 0.1 s followed the level closer than every 0.5 s (the same run's
+// timings, every fifth kept: iteration MAPE 0-0.7% higher at 4 of 6
+// points, experiments/validation_cpu/probe_interval.py).
+inline constexpr double kDefaultInterleaveIntervalS = 0.1;
+// Seconds of the run's clock between interleaved prefill timings (each a
+// whole-model prefill of about 128 tokens: on the 2-core VMs 90-170 ms of
+// stopped clock; InSituRefreshSettings::prefill_probe_tokens). 0.25 s
+// since the Xeon VM's prefill speed moves within a second: within-run, with
+// only every 2nd / 4th timing kept, prefill MAPE rose 7.7% -> 9.4% -> 11.6%
+// over runs timed every 0.5 s, and 10.2% -> 11.3% over one timed every
+// 0.25 s (experiments/validation_cpu/level_by_kind.py --prefill-every). A
+// prefill timing replaces a decode timing, so the clock stops about as
+// long as at 0.5 s (25-53 s against 24-57 s per point).
+inline constexpr double kDefaultInterleavePrefillIntervalS = 0.25;
+
 struct InSituRefreshSettings {
   std::vector<int64_t> prefill_tokens;  // T of f(T); empty: none re-measured
   std::vector<int64_t> decode_batches;  // B of g(B); empty: none re-measured
@@ -61,7 +77,7 @@ struct InSituRefreshSettings {
   int32_t probe_first_block = 0;
   // Interleaving: run-clock seconds from one probe between served
   // iterations to the next (InSituRefresher::probe_between).
-  double between_probe_interval_s = 0.1;
+  double between_probe_interval_s = kDefaultInterleaveIntervalS;
   // Interleaving: a whole-model prefill of this many tokens (after
   // calibration::kPrefillLeadSteps decode steps, as the refresh times its
   // prefills) instead of the decode probe once this many run-clock seconds
@@ -72,7 +88,7 @@ struct InSituRefreshSettings {
   // probes read 1.00, and prefill probes read 1.0 to 1.9 times it within
   // seconds (experiments/results/cpu_xeon).
   int64_t prefill_probe_tokens = 0;
-  double between_prefill_probe_interval_s = 0.25;  // validate: kDefaultInterleavePrefillIntervalS
+  double between_prefill_probe_interval_s = kDefaultInterleavePrefillIntervalS;
 };
 
 // The settings for `profile` and a run of at most `max_num_seqs` sequences,

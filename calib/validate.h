@@ -260,21 +260,8 @@ struct ValidationCallbacks {
 // each costs a simulation of the workload, milliseconds for a validation's.
 inline constexpr int kDefaultPredictDraws = 51;
 
-// Seconds of the run's clock between interleaved timings: on the 2-core VM
-// every 0.1 s followed the level closer than every 0.5 s (the same run's
-// timings, every fifth kept: iteration MAPE 0-0.7% higher at 4 of 6
-// points, experiments/validation_cpu/probe_interval.py).
-inline constexpr double kDefaultInterleaveIntervalS = 0.1;
-// Seconds of the run's clock between interleaved prefill timings (each a
-// whole-model prefill of about 128 tokens: on the 2-core VMs 90-170 ms of
-// stopped clock; InSituRefreshSettings::prefill_probe_tokens). 0.25 s
-// since the Xeon VM's prefill speed moves within a second: within-run, with
-// only every 2nd / 4th timing kept, prefill MAPE rose 7.7% -> 9.4% -> 11.6%
-// over runs timed every 0.5 s, and 10.2% -> 11.3% over one timed every
-// 0.25 s (experiments/validation_cpu/level_by_kind.py --prefill-every). A
-// prefill timing replaces a decode timing, so the clock stops about as
-// long as at 0.5 s (25-53 s against 24-57 s per point).
-inline constexpr double kDefaultInterleavePrefillIntervalS = 0.25;
+// The interleaved timings' default intervals, kDefaultInterleaveIntervalS and
+// kDefaultInterleavePrefillIntervalS, are in calib/in_situ_refresh.h.
 
 struct ValidationOptions {
   // The profiles' anchor probes (calib/anchor.h), measured again just
