@@ -36,7 +36,8 @@ scaled by the ratios. The gate's score is the larger of the drift and the
 mismatch.
 
 A point whose score is above `max_drift` is run again, up to `attempts`
-times; the attempt with the lowest score is kept in the point's folder,
+times (at once, or with validate_gated_in_rounds once every other point
+has had its turn); the attempt with the lowest score is kept in the point's folder,
 every attempt keeps its reports in POINT.attemptN, and each attempt becomes
 a row of attempts.csv.
 
@@ -161,29 +162,68 @@ def prune_to_reports(folder):
             os.rmdir(os.path.join(root, name))
 
 
-def validate_gated(run, point, anchor, max_drift, attempts, log, max_floor=0.0):
-    """run(out_folder) runs one `servesim validate` into out_folder. Without a
-    gate (max_drift and max_floor both <= 0) it runs once into `point`.
-    max_drift bounds each attempt's gate score, max_floor its noise floor
-    (see the module's text). Appends one dict per attempt to `log`; returns
+def try_once(run, point, attempt, anchor, max_drift, max_floor, log):
+    """Runs attempt `attempt` of `point` into POINT.attemptN and appends its
+    row to `log`; returns (excess, attempt, folder, gate score)."""
+    out = f"{point}.attempt{attempt}"
+    run(out)
+    score, floor = gate_score(out, anchor), floor_of(out)
+    tried = (excess(score, floor, max_drift, max_floor), attempt, out, score)
+    log.append({"point": os.path.basename(point), "attempt": attempt, "drift": drift_of(out, anchor),
+                "placement_mismatch": placement_mismatch_of(out), "score": score, "floor": floor,
+                "excess": tried[0], **probes_of(out)})
+    return tried
+
+
+def keep_best(point, tries):
+    """Copies the attempt nearest to passing (the lowest excess) into
+    `point` and prunes every attempt's folder to its reports; returns
     (attempt kept, its gate score)."""
-    if max_drift <= 0 and max_floor <= 0:
-        run(point)
-        return 1, gate_score(point, anchor)
-    tries = []
-    for attempt in range(1, max(1, attempts) + 1):
-        out = f"{point}.attempt{attempt}"
-        run(out)
-        score, floor = gate_score(out, anchor), floor_of(out)
-        tries.append((excess(score, floor, max_drift, max_floor), attempt, out, score))
-        log.append({"point": os.path.basename(point), "attempt": attempt, "drift": drift_of(out, anchor),
-                    "placement_mismatch": placement_mismatch_of(out), "score": score, "floor": floor,
-                    "excess": tries[-1][0], **probes_of(out)})
-        if tries[-1][0] <= 1:
-            break
     _, attempt, out, score = min(tries)
     shutil.rmtree(point, ignore_errors=True)
     shutil.copytree(out, point)
     for _, _, tried, _ in tries:  # the kept attempt's data is in `point`
         prune_to_reports(tried)
     return attempt, score
+
+
+def validate_gated(run, point, anchor, max_drift, attempts, log, max_floor=0.0):
+    """run(out_folder) runs one `servesim validate` into out_folder. Without a
+    gate (max_drift and max_floor both <= 0) it runs once into `point`.
+    max_drift bounds each attempt's gate score, max_floor its noise floor
+    (see the module's text). The attempts follow one another. Appends one
+    dict per attempt to `log`; returns (attempt kept, its gate score)."""
+    if max_drift <= 0 and max_floor <= 0:
+        run(point)
+        return 1, gate_score(point, anchor)
+    tries = []
+    for attempt in range(1, max(1, attempts) + 1):
+        tries.append(try_once(run, point, attempt, anchor, max_drift, max_floor, log))
+        if tries[-1][0] <= 1:
+            break
+    return keep_best(point, tries)
+
+
+def validate_gated_in_rounds(points, anchor, max_drift, attempts, log, max_floor=0.0, on_round=None):
+    """validate_gated over several points, with their attempts spread out:
+    `points` is a list of (point, run); round r runs attempt r of every
+    point none of whose attempts has passed yet, in the list's order, so
+    one point's attempts are a whole round apart rather than back to back.
+    Where the machine's noise comes in spells of minutes (the 2-core Xeon
+    VM: floors of 3.7% and 8-13% ten minutes apart), back-to-back attempts
+    tend to share a spell and spread ones do not. on_round(r), if given, is
+    called after each round. Returns {point: (attempt kept, its gate
+    score)}, in the list's order."""
+    if max_drift <= 0 and max_floor <= 0:
+        return {point: validate_gated(run, point, anchor, max_drift, attempts, log, max_floor)
+                for point, run in points}
+    tries = {point: [] for point, _ in points}
+    for attempt in range(1, max(1, attempts) + 1):
+        waiting = [(point, run) for point, run in points if not any(t[0] <= 1 for t in tries[point])]
+        if not waiting:
+            break
+        for point, run in waiting:
+            tries[point].append(try_once(run, point, attempt, anchor, max_drift, max_floor, log))
+        if on_round:
+            on_round(attempt)
+    return {point: keep_best(point, tries[point]) for point, _ in points}

@@ -47,6 +47,12 @@ floor. With --in-situ interleave the level is timed all through the run,
 so drift over a run no longer spoils its prediction: --max-floor alone
 (without --max-drift) then gates on the noise only.
 
+The noise also comes in spells: floors of 3.7% and of 8-13% came ten
+minutes apart, and back-to-back attempts of one point tend to share a
+spell. With --spread the attempts run in rounds instead: the first
+attempt of every point, then a second of each point that missed the gate,
+and so on, so one point's attempts are a round (minutes) apart.
+
 Usage: experiments/validation_cpu/run.py [--servesim PATH] [--out DIR] [--quick] [--max-drift F]
 
 The same study runs on a GPU (experiments/gpu/run.sh calls it): --device
@@ -121,6 +127,41 @@ def write_summary(out, rows):
         w.writerows(rows)
 
 
+def summary_rows(point, scheduler, load, rate, n, attempt, score, anchor):
+    """summary.csv's two rows (replay, predict) of one point's kept attempt,
+    each also printed as a line on stderr."""
+    rows = []
+    for mode in ["replay", "predict"]:
+        with open(os.path.join(point, f"report_{mode}.json")) as f:
+            r = json.load(f)
+        rows.append({
+            "scheduler": scheduler, "load": load, "rate": rate, "requests": n, "mode": mode,
+            "attempt": attempt, "gate_score": score,
+            "anchor_drift": drift_gate.drift_of(point, anchor),
+            "placement_mismatch": drift_gate.placement_mismatch_of(point),
+            "iteration_mape_all": r["iteration_mape"]["all"],
+            "iteration_mape_floor": r["iteration_mape"].get("floor", float("nan")),
+            "iteration_mape_decode": r["iteration_mape"]["decode"],
+            "iteration_mape_prefill": r["iteration_mape"]["prefill"],
+            "iteration_mape_mixed": r["iteration_mape"]["mixed"],
+            "ttft_p50_rel_error": r["ttft_s"]["rel_error"]["p50"],
+            "ttft_p90_rel_error": r["ttft_s"]["rel_error"]["p90"],
+            "tpot_p50_rel_error": r["tpot_s"]["rel_error"]["p50"],
+            "tpot_p90_rel_error": r["tpot_s"]["rel_error"]["p90"],
+            **{f"single_{m}_{q}_rel_error":
+               r[f"{m}_s"].get("single_simulation", {}).get("rel_error", {}).get(q, float("nan"))
+               for m in ("ttft", "tpot") for q in ("p50", "p90")},
+            "measured_ttft_p50_s": r["ttft_s"]["measured"]["p50"],
+            "measured_tpot_p50_s": r["tpot_s"]["measured"]["p50"],
+        })
+        print(f"{scheduler:10} {load:16} {mode:7} MAPE {rows[-1]['iteration_mape_all']:.3f} "
+              f"TTFT p50 {rows[-1]['ttft_p50_rel_error']:+.3f} p90 {rows[-1]['ttft_p90_rel_error']:+.3f} "
+              f"TPOT p50 {rows[-1]['tpot_p50_rel_error']:+.3f} p90 {rows[-1]['tpot_p90_rel_error']:+.3f} "
+              f"(attempt {attempt}, gate score {score:.3f})",
+              file=sys.stderr)
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--servesim", default=os.path.join(ROOT, "build/release/cli/servesim"))
@@ -159,6 +200,11 @@ def main():
                          "the cost model against it. With --in-situ interleave, which times the level all through "
                          "the run, the floor alone can gate (--max-drift 0)")
     ap.add_argument("--attempts", type=int, default=3, help="most runs of one point under --max-drift or --max-floor")
+    ap.add_argument("--spread", action="store_true",
+                    help="under --max-drift or --max-floor, run the attempts in rounds: the first of every "
+                         "point, then a second of each point that missed the gate, and so on, so that one "
+                         "point's attempts are minutes apart rather than back to back (this VM's noise comes "
+                         "in spells of minutes); summary.csv is then written at the end")
     ap.add_argument("--calibration-attempts", type=int, default=1,
                     help="most calibrations: calibrate again while fewer than 85%% of the anchor probes saw one "
                          "placement of the threads (calib/placement.h)")
@@ -203,48 +249,37 @@ def main():
         print(f"capacity: {capacity_rps:.2f} req/s in the profile's simulation; loads "
               + ", ".join(f"{name} {rate} req/s" for name, rate, _ in loads), file=sys.stderr)
 
+    def runner(scheduler, rate, n):
+        """run(out): one `servesim validate` of this point into out."""
+        return lambda out: sh([opts.servesim, "validate", "--device", opts.device, "--model", opts.model,
+                               "--profile", profile, "--scheduler", scheduler, "--arrival", "poisson",
+                               "--rate", str(rate), "--num-requests", str(n), "--seed", "1", "--quiet",
+                               "--anchor", opts.anchor, "--placement", opts.placement, "--in-situ", opts.in_situ,
+                               "--predict-draws", str(opts.predict_draws), "--out", out]
+                              + opts.validate_args.split())
+
+    points = [(scheduler, load, rate, max(4, n // 4) if opts.quick else n)
+              for scheduler in SCHEDULERS for load, rate, n in loads]
+
+    def folder(scheduler, load):
+        return os.path.join(opts.out, f"{scheduler}_{load}")
+
     rows, attempts = [], []
-    for scheduler in SCHEDULERS:
-        for load, rate, n in loads:
-            if opts.quick:
-                n = max(4, n // 4)
-            point = os.path.join(opts.out, f"{scheduler}_{load}")
-            attempt, drift = drift_gate.validate_gated(
-                lambda out: sh([opts.servesim, "validate", "--device", opts.device, "--model", opts.model,
-                                "--profile", profile, "--scheduler", scheduler, "--arrival", "poisson",
-                                "--rate", str(rate), "--num-requests", str(n), "--seed", "1", "--quiet",
-                                "--anchor", opts.anchor, "--placement", opts.placement, "--in-situ", opts.in_situ,
-                                "--predict-draws", str(opts.predict_draws), "--out", out]
-                               + opts.validate_args.split()),
-                point, opts.anchor, opts.max_drift, opts.attempts, attempts, max_floor=opts.max_floor)
-            for mode in ["replay", "predict"]:
-                with open(os.path.join(point, f"report_{mode}.json")) as f:
-                    r = json.load(f)
-                rows.append({
-                    "scheduler": scheduler, "load": load, "rate": rate, "requests": n, "mode": mode,
-                    "attempt": attempt, "gate_score": drift,
-                    "anchor_drift": drift_gate.drift_of(point, opts.anchor),
-                    "placement_mismatch": drift_gate.placement_mismatch_of(point),
-                    "iteration_mape_all": r["iteration_mape"]["all"],
-                    "iteration_mape_floor": r["iteration_mape"].get("floor", float("nan")),
-                    "iteration_mape_decode": r["iteration_mape"]["decode"],
-                    "iteration_mape_prefill": r["iteration_mape"]["prefill"],
-                    "iteration_mape_mixed": r["iteration_mape"]["mixed"],
-                    "ttft_p50_rel_error": r["ttft_s"]["rel_error"]["p50"],
-                    "ttft_p90_rel_error": r["ttft_s"]["rel_error"]["p90"],
-                    "tpot_p50_rel_error": r["tpot_s"]["rel_error"]["p50"],
-                    "tpot_p90_rel_error": r["tpot_s"]["rel_error"]["p90"],
-                    **{f"single_{m}_{q}_rel_error":
-                       r[f"{m}_s"].get("single_simulation", {}).get("rel_error", {}).get(q, float("nan"))
-                       for m in ("ttft", "tpot") for q in ("p50", "p90")},
-                    "measured_ttft_p50_s": r["ttft_s"]["measured"]["p50"],
-                    "measured_tpot_p50_s": r["tpot_s"]["measured"]["p50"],
-                })
-                print(f"{scheduler:10} {load:16} {mode:7} MAPE {rows[-1]['iteration_mape_all']:.3f} "
-                      f"TTFT p50 {rows[-1]['ttft_p50_rel_error']:+.3f} p90 {rows[-1]['ttft_p90_rel_error']:+.3f} "
-                      f"TPOT p50 {rows[-1]['tpot_p50_rel_error']:+.3f} p90 {rows[-1]['tpot_p90_rel_error']:+.3f} "
-                      f"(attempt {attempt}, gate score {drift:.3f})",
-                      file=sys.stderr)
+    if opts.spread:
+        def progress(r):
+            print(f"round {r} of at most {opts.attempts} done", file=sys.stderr, flush=True)
+        kept = drift_gate.validate_gated_in_rounds(
+            [(folder(s, load), runner(s, rate, n)) for s, load, rate, n in points],
+            opts.anchor, opts.max_drift, opts.attempts, attempts, max_floor=opts.max_floor, on_round=progress)
+        for s, load, rate, n in points:
+            rows += summary_rows(folder(s, load), s, load, rate, n, *kept[folder(s, load)], opts.anchor)
+        write_summary(opts.out, rows)
+    else:
+        for s, load, rate, n in points:
+            attempt, score = drift_gate.validate_gated(runner(s, rate, n), folder(s, load), opts.anchor,
+                                                       opts.max_drift, opts.attempts, attempts,
+                                                       max_floor=opts.max_floor)
+            rows += summary_rows(folder(s, load), s, load, rate, n, attempt, score, opts.anchor)
             write_summary(opts.out, rows)  # after every point: a run cut short keeps what it measured
 
     if opts.max_drift > 0 or opts.max_floor > 0:
@@ -265,7 +300,8 @@ def main():
             "model": opts.model, "device": opts.device, "loads": loads,
             "capacity_rps": capacity_rps, "capacity_workload": CAPACITY_WORKLOAD if capacity_rps else None,
             "schedulers": SCHEDULERS, "seed": 1,
-            "max_drift": opts.max_drift, "max_floor": opts.max_floor, "attempts": opts.attempts, "in_situ": opts.in_situ,
+            "max_drift": opts.max_drift, "max_floor": opts.max_floor, "attempts": opts.attempts,
+            "spread": opts.spread, "in_situ": opts.in_situ,
             "predict_draws": opts.predict_draws,
             "calibration_placement_shares": calibration_shares}
     with open(os.path.join(opts.out, "metadata.json"), "w") as f:

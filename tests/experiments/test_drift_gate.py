@@ -206,5 +206,58 @@ class ValidateGated(InScratch):
         self.assertAlmostEqual(drift, 1.0)
 
 
+class ValidateGatedInRounds(InScratch):
+    def runner(self, name, floors, calls):
+        """run(out) for point `name` writing its i-th attempt with noise floor
+        floors[i] and no drift; each call appends (name, out) to `calls`."""
+        def run(out):
+            i = sum(1 for n, _ in calls if n == name)
+            write_point(out, (0.010, 1e11), (0.010, 1e11), (0.010, 1e11), floor=floors[i])
+            calls.append((name, out))
+        return run
+
+    def points(self, floors_by_name, calls):
+        return [(os.path.join(self.tmp.name, name), self.runner(name, floors, calls))
+                for name, floors in floors_by_name]
+
+    def test_a_missed_point_is_tried_again_after_every_other_point(self):
+        calls, log, rounds = [], [], []
+        points = self.points([("a", [0.07, 0.04]), ("b", [0.03]), ("c", [0.08, 0.06, 0.02])], calls)
+        kept = drift_gate.validate_gated_in_rounds(points, "report", 0.0, 3, log, max_floor=0.05,
+                                                   on_round=rounds.append)
+        # round 1: every point; round 2: a and c (b passed); round 3: c only
+        self.assertEqual([(n, os.path.basename(out)) for n, out in calls],
+                         [("a", "a.attempt1"), ("b", "b.attempt1"), ("c", "c.attempt1"),
+                          ("a", "a.attempt2"), ("c", "c.attempt2"), ("c", "c.attempt3")])
+        self.assertEqual(rounds, [1, 2, 3])
+        self.assertEqual([kept[p][0] for p, _ in points], [2, 1, 3])
+        self.assertEqual([(row["point"], row["attempt"]) for row in log],
+                         [("a", 1), ("b", 1), ("c", 1), ("a", 2), ("c", 2), ("c", 3)])
+        # each point's kept attempt is its folder; the attempts keep their reports only
+        self.assertAlmostEqual(drift_gate.floor_of(os.path.join(self.tmp.name, "c")), 0.02)
+        self.assertEqual(os.listdir(os.path.join(self.tmp.name, "a.attempt1")), ["report_replay.json"])
+
+    def test_stops_when_every_point_passed_and_keeps_the_nearest_when_none_did(self):
+        calls, rounds = [], []
+        points = self.points([("a", [0.09, 0.06]), ("b", [0.03])], calls)
+        kept = drift_gate.validate_gated_in_rounds(points, "report", 0.0, 2, [], max_floor=0.05,
+                                                   on_round=rounds.append)
+        self.assertEqual(len(calls), 3)
+        self.assertEqual(rounds, [1, 2])
+        self.assertEqual(kept[points[0][0]][0], 2)  # a never passed: its lower floor is kept
+
+        calls, rounds = [], []
+        points = self.points([("d", [0.01]), ("e", [0.02])], calls)
+        drift_gate.validate_gated_in_rounds(points, "report", 0.0, 3, [], max_floor=0.05, on_round=rounds.append)
+        self.assertEqual((len(calls), rounds), (2, [1]))
+
+    def test_without_a_gate_each_point_runs_once_into_its_folder(self):
+        calls = []
+        points = self.points([("a", [0.09]), ("b", [0.09])], calls)
+        kept = drift_gate.validate_gated_in_rounds(points, "report", 0.0, 3, [])
+        self.assertEqual([out for _, out in calls], [p for p, _ in points])
+        self.assertEqual([kept[p][0] for p, _ in points], [1, 1])
+
+
 if __name__ == "__main__":
     unittest.main()
