@@ -51,6 +51,7 @@ def load(folder):
     draws = f", predict over {draws} draws" if draws > 1 else ""
     gate = {"max_drift": meta.get("max_drift", 0.05), "max_floor": meta.get("max_floor", 0.0)}
     floor_gate = f", floor gate {gate['max_floor']:g}" if gate["max_floor"] > 0 else ""
+    floor_gate += f", {meta['attempts']} attempts in rounds" if meta.get("spread") else ""
     return f"{meta['commit']}, {anchor}{placement}{in_situ}{reused}{threads}{loads}{draws}{floor_gate}", rows, gate
 
 

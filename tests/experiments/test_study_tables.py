@@ -116,8 +116,19 @@ class RunsTableGate(unittest.TestCase):
             label, rows, gate = runs_table.load(tmp)
         self.assertIn("floor gate 0.05", label)
         self.assertNotIn("prefill timings", label)
+        self.assertNotIn("rounds", label)
         self.assertEqual(gate, {"max_drift": 0.0, "max_floor": 0.05})
         self.assertEqual(len(rows), 1)
+
+
+    def test_the_label_names_attempts_in_rounds(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            with open(os.path.join(tmp, "metadata.json"), "w") as f:
+                json.dump({"command": "run.py --max-floor 0.05 --spread --attempts 4", "commit": "abc1234",
+                           "max_drift": 0.0, "max_floor": 0.05, "attempts": 4, "spread": True}, f)
+            write_csv(os.path.join(tmp, "summary.csv"), [{"scheduler": "chunked", "mode": "replay"}])
+            label = runs_table.load(tmp)[0]
+        self.assertIn("floor gate 0.05, 4 attempts in rounds", label)
 
 
 if __name__ == "__main__":
