@@ -191,17 +191,10 @@ def validate_gated(run, point, anchor, max_drift, attempts, log, max_floor=0.0):
     """run(out_folder) runs one `servesim validate` into out_folder. Without a
     gate (max_drift and max_floor both <= 0) it runs once into `point`.
     max_drift bounds each attempt's gate score, max_floor its noise floor
-    (see the module's text). The attempts follow one another. Appends one
-    dict per attempt to `log`; returns (attempt kept, its gate score)."""
-    if max_drift <= 0 and max_floor <= 0:
-        run(point)
-        return 1, gate_score(point, anchor)
-    tries = []
-    for attempt in range(1, max(1, attempts) + 1):
-        tries.append(try_once(run, point, attempt, anchor, max_drift, max_floor, log))
-        if tries[-1][0] <= 1:
-            break
-    return keep_best(point, tries)
+    (see the module's text). The attempts follow one another (the rounds
+    of validate_gated_in_rounds over this one point). Appends one dict per
+    attempt to `log`; returns (attempt kept, its gate score)."""
+    return validate_gated_in_rounds([(point, run)], anchor, max_drift, attempts, log, max_floor)[point]
 
 
 def validate_gated_in_rounds(points, anchor, max_drift, attempts, log, max_floor=0.0, on_round=None):
@@ -215,8 +208,11 @@ def validate_gated_in_rounds(points, anchor, max_drift, attempts, log, max_floor
     called after each round. Returns {point: (attempt kept, its gate
     score)}, in the list's order."""
     if max_drift <= 0 and max_floor <= 0:
-        return {point: validate_gated(run, point, anchor, max_drift, attempts, log, max_floor)
-                for point, run in points}
+        kept = {}
+        for point, run in points:
+            run(point)
+            kept[point] = (1, gate_score(point, anchor))
+        return kept
     tries = {point: [] for point, _ in points}
     for attempt in range(1, max(1, attempts) + 1):
         waiting = [(point, run) for point, run in points if not any(t[0] <= 1 for t in tries[point])]

@@ -264,23 +264,23 @@ def main():
     def folder(scheduler, load):
         return os.path.join(opts.out, f"{scheduler}_{load}")
 
+    # With --spread every point's attempts share the rounds; without it each
+    # point's attempts follow one another, and summary.csv is written after
+    # every point: a run cut short keeps what it measured.
+    groups = [points] if opts.spread else [[p] for p in points]
+
+    def progress(r):
+        print(f"round {r} of at most {opts.attempts} done", file=sys.stderr, flush=True)
+
     rows, attempts = [], []
-    if opts.spread:
-        def progress(r):
-            print(f"round {r} of at most {opts.attempts} done", file=sys.stderr, flush=True)
+    for group in groups:
         kept = drift_gate.validate_gated_in_rounds(
-            [(folder(s, load), runner(s, rate, n)) for s, load, rate, n in points],
-            opts.anchor, opts.max_drift, opts.attempts, attempts, max_floor=opts.max_floor, on_round=progress)
-        for s, load, rate, n in points:
+            [(folder(s, load), runner(s, rate, n)) for s, load, rate, n in group],
+            opts.anchor, opts.max_drift, opts.attempts, attempts, max_floor=opts.max_floor,
+            on_round=progress if opts.spread else None)
+        for s, load, rate, n in group:
             rows += summary_rows(folder(s, load), s, load, rate, n, *kept[folder(s, load)], opts.anchor)
         write_summary(opts.out, rows)
-    else:
-        for s, load, rate, n in points:
-            attempt, score = drift_gate.validate_gated(runner(s, rate, n), folder(s, load), opts.anchor,
-                                                       opts.max_drift, opts.attempts, attempts,
-                                                       max_floor=opts.max_floor)
-            rows += summary_rows(folder(s, load), s, load, rate, n, attempt, score, opts.anchor)
-            write_summary(opts.out, rows)  # after every point: a run cut short keeps what it measured
 
     if opts.max_drift > 0 or opts.max_floor > 0:
         with open(os.path.join(opts.out, "attempts.csv"), "w", newline="") as f:
