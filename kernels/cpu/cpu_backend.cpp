@@ -87,11 +87,16 @@ void matmul(const Matrix& in, const Matrix& w, Matrix& out, bool accumulate) {
   // Split the N output columns. With few tokens (decode) the pass streams the
   // weights: many small chunks balance the threads. With many tokens
   // (prefill) each chunk re-packs the [T, K] input, so use one per thread.
+  // The small chunks are handed out on demand (dynamic), not split up front:
+  // on a VM one vCPU can stall for a moment, and with a static split the
+  // other thread then waits at the barrier; on demand, it takes over the
+  // remaining chunks. The chunks are large enough (64 weight rows, 196 KB
+  // and up) that handing them out costs nothing measurable.
   const int threads = omp_get_max_threads();
   Eigen::Index chunk = 64;
   if (T >= 32) chunk = std::max<Eigen::Index>(64, ((N + threads - 1) / threads + 15) / 16 * 16);
   const Eigen::Index chunks = (N + chunk - 1) / chunk;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic)
   for (Eigen::Index c = 0; c < chunks; ++c) {
     const Eigen::Index n0 = c * chunk, nb = std::min(chunk, N - n0);
     if (T > 1 && T < kSmallBatch) {
