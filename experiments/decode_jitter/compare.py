@@ -14,10 +14,13 @@ one burst of --seconds runs the same decode step over and over. Per burst:
 
 Writes bursts.csv (one row per burst), jitter.png (jitter by batch size,
 each burst a dot and the mean a line) and prints a table of the means per
-batch and build.
+batch and build. The speed comparison that drift affects least is the
+paired one: each round's head burst over the base burst just before it
+(head/base, the median over rounds, and in how many rounds head was faster).
 
 Usage: compare.py --base BIN --head BIN [--batches 1,4,8,16,24]
                   [--seconds 6] [--rounds 4] --out DIR
+       compare.py --summarize DIR   (the table and plot again, from DIR/bursts.csv)
 """
 import argparse
 import csv
@@ -80,17 +83,50 @@ def summarize(bursts):
     return rows
 
 
-def format_table(rows):
-    lines = [f"{'batch':>5} {'build':>5} {'bursts':>6} {'median ms':>10} {'jitter %':>9} {'p90/median':>10}"]
+def paired_speed(bursts):
+    """Per batch: (median over rounds of head's median step / base's in the
+    same round, rounds in which head was faster, rounds)."""
+    pairs = {}
+    for b in bursts:
+        pairs.setdefault((b["batch"], b["round"]), {})[b["build"]] = b["median_ms"]
+    ratios = {}
+    for (batch, _), p in pairs.items():
+        if "base" in p and "head" in p:
+            ratios.setdefault(batch, []).append(p["head"] / p["base"])
+    return {batch: (statistics.median(v), sum(r < 1 for r in v), len(v)) for batch, v in ratios.items()}
+
+
+def format_table(rows, bursts=()):
+    paired = paired_speed(bursts)
+    lines = [f"{'batch':>5} {'build':>5} {'bursts':>6} {'median ms':>10} {'jitter %':>9} {'p90/median':>10}"
+             f"  head/base (rounds head faster)"]
     for r in rows:
-        lines.append(f"{r['batch']:>5} {r['build']:>5} {r['bursts']:>6} {r['median_ms']:>10.2f} "
-                     f"{r['jitter_pct']:>9.2f} {r['p90_over_median']:>10.3f}")
+        line = (f"{r['batch']:>5} {r['build']:>5} {r['bursts']:>6} {r['median_ms']:>10.2f} "
+                f"{r['jitter_pct']:>9.2f} {r['p90_over_median']:>10.3f}")
+        if r["build"] == "head" and r["batch"] in paired:
+            ratio, faster, rounds = paired[r["batch"]]
+            line += f"  {ratio:.3f} ({faster} of {rounds})"
+        lines.append(line)
     overall = {}
     for r in rows:
         overall.setdefault(r["build"], []).append(r["jitter_pct"])
     lines.append("mean jitter over batch sizes: " +
                  ", ".join(f"{build} {statistics.mean(v):.2f}%" for build, v in overall.items()))
     return "\n".join(lines)
+
+
+def read_bursts(path):
+    """bursts.csv as compare.py wrote it, numbers parsed."""
+    try:
+        with open(path) as f:
+            rows = list(csv.DictReader(f))
+    except FileNotFoundError:
+        sys.exit(f"{path}: no such file (run compare.py with --base, --head and --out first)")
+    try:
+        return [{"round": int(r["round"]), "batch": int(r["batch"]), "build": r["build"],
+                 **{k: float(r[k]) for k in ("median_ms", "jitter_pct", "p90_over_median")}} for r in rows]
+    except (KeyError, ValueError) as e:
+        sys.exit(f"{path}: not a bursts.csv of compare.py ({e})")
 
 
 def plot(bursts, rows, path):
@@ -115,13 +151,21 @@ def plot(bursts, rows, path):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--base", required=True, help="servesim_decode_steps built from the base")
-    ap.add_argument("--head", required=True, help="servesim_decode_steps built from the change")
+    ap.add_argument("--base", help="servesim_decode_steps built from the base")
+    ap.add_argument("--head", help="servesim_decode_steps built from the change")
+    ap.add_argument("--summarize", metavar="DIR", help="no runs: the table and plot from DIR/bursts.csv")
     ap.add_argument("--batches", default="1,4,8,16,24")
     ap.add_argument("--seconds", type=float, default=6)
     ap.add_argument("--rounds", type=int, default=4)
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out")
     args = ap.parse_args()
+    if args.summarize:
+        bursts = read_bursts(os.path.join(args.summarize, "bursts.csv"))
+        print(format_table(summarize(bursts), bursts))
+        plot(bursts, summarize(bursts), os.path.join(args.summarize, "jitter.png"))
+        return
+    if not (args.base and args.head and args.out):
+        ap.error("--base, --head and --out are needed (or --summarize DIR)")
     try:
         batches = [int(b) for b in args.batches.split(",")]
     except ValueError:
@@ -143,7 +187,7 @@ def main():
         w.writeheader()
         w.writerows(bursts)
     rows = summarize(bursts)
-    print(format_table(rows))
+    print(format_table(rows, bursts))
     plot(bursts, rows, os.path.join(args.out, "jitter.png"))
 
 

@@ -60,6 +60,12 @@ class Summary(unittest.TestCase):
         self.assertAlmostEqual(rows[2]["jitter_pct"], 5.0)
         self.assertAlmostEqual(rows[3]["median_ms"], 32.0)
         self.assertIn("base 4.00%, head 1.75%", compare.format_table(rows))  # (1 + 2.5) / 2
+        # Paired speed: each round's head over its base, the median over rounds.
+        paired = compare.paired_speed(bursts)
+        self.assertAlmostEqual(paired[1][0], 15 / 17)
+        self.assertAlmostEqual(paired[8][0], (30 / 32 + 34 / 36) / 2)
+        self.assertEqual(paired[8][1:], (2, 2))
+        self.assertIn("0.882 (2 of 2)", compare.format_table(rows, bursts))
 
 
 class EndToEnd(unittest.TestCase):
@@ -93,6 +99,17 @@ class EndToEnd(unittest.TestCase):
             self.assertTrue(all(float(b["jitter_pct"]) == 0 for b in bursts if b["build"] == "head"))
             self.assertIn("head 0.00%", done.stdout)
             self.assertTrue(os.path.getsize(os.path.join(out, "jitter.png")) > 0)
+            self.assertIn("1.000 (0 of 2)", done.stdout)  # equal medians: head never faster
+            # --summarize reads bursts.csv back: the same table.
+            again = subprocess.run([sys.executable, COMPARE, "--summarize", out], capture_output=True, text=True)
+            self.assertEqual(again.returncode, 0, again.stderr)
+            self.assertEqual(again.stdout, done.stdout)
+
+    def test_summarize_needs_a_bursts_csv(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            done = subprocess.run([sys.executable, COMPARE, "--summarize", tmp], capture_output=True, text=True)
+            self.assertNotEqual(done.returncode, 0)
+            self.assertIn("bursts.csv: no such file", done.stderr)
 
     def test_a_failing_build_is_reported(self):
         with tempfile.TemporaryDirectory() as tmp:
