@@ -1,7 +1,8 @@
 """Unit tests of the CPU validation study's tables:
 experiments/validation_cpu/level_by_kind.py (each kind of iteration with
-and without each tracked level) and runs_table.py (which kept attempts
-passed their run's gate)."""
+and without each tracked level), prefill_level_moment.py (the prefill
+level read at an iteration's start, over its span, or blended) and
+runs_table.py (which kept attempts passed their run's gate)."""
 import csv
 import json
 import os
@@ -11,6 +12,7 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "experiments", "validation_cpu"))
 import level_by_kind  # noqa: E402
+import prefill_level_moment  # noqa: E402
 import runs_table  # noqa: E402
 
 
@@ -42,7 +44,8 @@ class LevelByKind(unittest.TestCase):
         # (kind, start, predicted as the run applied it, measured)
         its = [("prefill", 0.5, 0.100, 0.100), ("decode", 1.0, 0.020, 0.020), ("prefill", 2.0, 0.100, 0.130)]
         write_csv(os.path.join(self.point, "iterations.csv"),
-                  [{"index": i, "kind": k, "predicted_s": p, "measured_s": m} for i, (k, _, p, m) in enumerate(its)])
+                  [{"index": i, "kind": k, "predicted_s": p, "measured_s": m, "prefill_tokens": 128 if k == "prefill" else 0}
+                   for i, (k, _, p, m) in enumerate(its)])
         write_csv(os.path.join(self.point, "measured", "iterations.csv"),
                   [{"index": i, "start_s": s} for i, (_, s, _, _) in enumerate(its)])
 
@@ -81,6 +84,28 @@ class LevelByKind(unittest.TestCase):
         with open(os.path.join(self.point, "report_replay.json"), "w") as f:
             json.dump({"in_situ": {}}, f)
         self.assertEqual(level_by_kind.errors_by_kind([self.point])[1], 0)
+
+    def test_prefill_level_read_at_start_over_span_and_blended(self):
+        records = prefill_level_moment.iterations_with_levels(self.point)
+        self.assertEqual([(k, m) for k, _, m, _, _ in records], [("prefill", 0.100), ("prefill", 0.130)])
+        _, _, _, bare, levels = records[1]
+        self.assertAlmostEqual(bare, 0.100)  # the run applied 1.0
+        self.assertAlmostEqual(levels["start"], 1.3)  # the slow timing at 2 s
+        # Its predicted span, 0.13 s from 2 s, is on the way back to 1.0 at
+        # 3 s: the mean of 1.3 - 0.3 x over the span's 8 sample points.
+        self.assertAlmostEqual(levels["span"], 1.3 - 0.3 * 0.13 / 2)
+        self.assertAlmostEqual(levels["blend"], 0.7 * 1.3 + 0.3 * 1.0)  # the median over 5 is 1.0
+        self.assertEqual(levels["none"], 1.0)
+        (kind, bin_, n, mape, slope), = [r for r in prefill_level_moment.table(records) if r[1] == (0, 200)]
+        self.assertEqual((kind, n), ("prefill", 2))
+        self.assertAlmostEqual(mape["start"], 0.0)
+        self.assertAlmostEqual(mape["none"], (1 - 0.100 / 0.130) / 2)
+        # log(measured / bare) against log(level): (0, 0) and (log 1.3, log 1.3).
+        self.assertAlmostEqual(slope, 1.0)
+        # A folder without prefill timings gives nothing.
+        with open(os.path.join(self.point, "report_replay.json"), "w") as f:
+            json.dump({"in_situ": {"tracked": {"basis": "refresh", "probes": []}}}, f)
+        self.assertEqual(prefill_level_moment.iterations_with_levels(self.point), [])
 
 
 class RunsTableGate(unittest.TestCase):
