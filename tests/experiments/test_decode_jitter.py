@@ -119,5 +119,29 @@ class EndToEnd(unittest.TestCase):
             self.assertIn("--batch 1 failed", done.stderr)
 
 
+@unittest.skipUnless(os.environ.get("SERVESIM_DECODE_STEPS"), "SERVESIM_DECODE_STEPS (the built bench) not set")
+class RealDecodeSteps(unittest.TestCase):
+    """servesim_decode_steps itself: the CSV compare.py reads, and bad flags."""
+
+    def run_it(self, *args):
+        return subprocess.run([os.environ["SERVESIM_DECODE_STEPS"], *args], capture_output=True, text=True)
+
+    def test_prints_one_row_per_step(self):
+        done = self.run_it("--batch", "2", "--context", "20", "--seconds", "0.5", "--model", "tiny-15m")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        steps = compare.read_steps(done.stdout)
+        self.assertGreater(len(steps), 0)
+        self.assertTrue(all(s > 0 for s in steps), steps)
+
+    def test_bad_flags_exit_2_naming_the_flag(self):
+        for args, says in [(("--batch", "0"), "--batch"), (("--seconds", "x"), "--seconds"),
+                           (("--context", "5000"), "--context"), (("--model", "nope"), "--model"),
+                           (("--frobnicate", "1"), "unknown flag")]:
+            done = self.run_it(*args)
+            self.assertEqual(done.returncode, 2, args)
+            self.assertIn(says, done.stderr)
+            self.assertEqual(done.stdout, "")
+
+
 if __name__ == "__main__":
     unittest.main()
