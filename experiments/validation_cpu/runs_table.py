@@ -111,4 +111,10 @@ def main(folders):
 if __name__ == "__main__":
     if len(sys.argv) < 2:
         sys.exit(__doc__)
+    if sys.argv[1] in ("-h", "--help"):
+        print(__doc__)
+        sys.exit(0)
+    missing = [f for f in sys.argv[1:] if not os.path.isfile(os.path.join(f, "summary.csv"))]
+    if missing:
+        sys.exit(f"not a study folder (no summary.csv): {', '.join(missing)}")
     main(sys.argv[1:])

@@ -6,6 +6,7 @@ runs_table.py (which kept attempts passed their run's gate)."""
 import csv
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -106,6 +107,18 @@ class LevelByKind(unittest.TestCase):
         with open(os.path.join(self.point, "report_replay.json"), "w") as f:
             json.dump({"in_situ": {"tracked": {"basis": "refresh", "probes": []}}}, f)
         self.assertEqual(prefill_level_moment.iterations_with_levels(self.point), [])
+
+
+class RunsTableCommandLine(unittest.TestCase):
+    def test_help_and_a_folder_without_a_study(self):
+        script = os.path.join(os.path.dirname(runs_table.__file__), "runs_table.py")
+        done = subprocess.run([sys.executable, script, "--help"], capture_output=True, text=True)
+        self.assertEqual(done.returncode, 0)
+        self.assertIn("Usage:", done.stdout)
+        with tempfile.TemporaryDirectory() as tmp:
+            done = subprocess.run([sys.executable, script, tmp], capture_output=True, text=True)
+        self.assertNotEqual(done.returncode, 0)
+        self.assertIn("not a study folder (no summary.csv)", done.stderr)
 
 
 class RunsTableGate(unittest.TestCase):
