@@ -23,6 +23,7 @@
 
 #include <fmt/format.h>
 
+#include "bench/watch_flags.h"
 #include "calib/anchor.h"
 #include "calib/placement.h"
 #include "sim/errors.h"
@@ -36,33 +37,18 @@ struct Options {
   std::string model = "small-110m";
 };
 
-[[noreturn]] void usage(const std::string& error) {
-  std::fprintf(stderr,
-               "%s%susage: servesim_allocation_watch [--copies N (3)] [--seconds S (90)] [--model M (small-110m)]\n",
-               error.c_str(), error.empty() ? "" : "\n");
-  std::exit(error.empty() ? 0 : 2);
-}
+const servesim::bench::WatchFlags kFlags(
+    "usage: servesim_allocation_watch [--copies N (3)] [--seconds S (90)] [--model M (small-110m)]");
 
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (flag == "-h" || flag == "--help") usage("");
-    if (i + 1 >= argc) usage(fmt::format("{}: needs a value", flag));
-    const std::string value = argv[++i];
-    char* end = nullptr;
-    if (flag == "--copies") {
-      o.copies = int(std::strtol(value.c_str(), &end, 10));
-      if (*end != '\0' || o.copies < 2) usage(fmt::format("--copies: expected an integer >= 2, got '{}'", value));
-    } else if (flag == "--seconds") {
-      o.seconds = std::strtod(value.c_str(), &end);
-      if (*end != '\0' || !(o.seconds > 0)) usage(fmt::format("--seconds: expected a number > 0, got '{}'", value));
-    } else if (flag == "--model") {
-      o.model = value;
-    } else {
-      usage(fmt::format("unknown flag '{}'", flag));
-    }
-  }
+  kFlags.parse(argc, argv, [&](const std::string& flag, const std::string& value) {
+    if (flag == "--copies") o.copies = kFlags.integer_at_least(flag, value, 2);
+    else if (flag == "--seconds") o.seconds = kFlags.positive(flag, value);
+    else if (flag == "--model") o.model = value;
+    else return false;
+    return true;
+  });
   return o;
 }
 
@@ -72,11 +58,7 @@ int main(int argc, char** argv) {
   using namespace servesim;
   const Options o = parse(argc, argv);
   AnchorSettings settings;
-  try {
-    settings.model = resolve_model(o.model);
-  } catch (const InputError& e) {
-    usage(fmt::format("--model: {}", e.what()));
-  }
+  settings.model = kFlags.model(o.model);
   settings.layers = int32_t(settings.model.num_hidden_layers);  // a decode step as a run makes it
   settings.repetitions = 10;
   std::vector<std::unique_ptr<AnchorProber>> copies;

@@ -17,14 +17,15 @@
 
 #include <fmt/format.h>
 
+#include "bench/watch_flags.h"
 #include "kernels/decoder/batch_layout.h"
 #include "kernels/decoder/decoder_model.h"
 #include "kernels/decoder/host_weights.h"
-#include "sim/errors.h"
 #include "sim/model_spec.h"
 
 namespace {
 
+using namespace servesim;
 using Clock = std::chrono::steady_clock;
 constexpr int32_t kBlockSize = 16;
 
@@ -35,59 +36,30 @@ struct Options {
   std::string model = "small-110m";
 };
 
-[[noreturn]] void usage(const std::string& error) {
-  std::fprintf(stderr,
-               "%s%susage: servesim_decode_steps [--batch B (1)] [--context C (200)] [--seconds S (10)] "
-               "[--model M (small-110m)]\n",
-               error.c_str(), error.empty() ? "" : "\n");
-  std::exit(error.empty() ? 0 : 2);
-}
-
-int32_t positive_int(const std::string& flag, const std::string& value) {
-  char* end = nullptr;
-  const long v = std::strtol(value.c_str(), &end, 10);
-  if (*end != '\0' || v < 1 || v > 1 << 20) usage(fmt::format("{}: expected an integer >= 1, got '{}'", flag, value));
-  return int32_t(v);
-}
+const bench::WatchFlags kFlags(
+    "usage: servesim_decode_steps [--batch B (1)] [--context C (200)] [--seconds S (10)] [--model M (small-110m)]");
 
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (flag == "-h" || flag == "--help") usage("");
-    if (i + 1 >= argc) usage(fmt::format("{}: needs a value", flag));
-    const std::string value = argv[++i];
-    if (flag == "--batch") {
-      o.batch = positive_int(flag, value);
-    } else if (flag == "--context") {
-      o.context = positive_int(flag, value);
-    } else if (flag == "--seconds") {
-      char* end = nullptr;
-      o.seconds = std::strtod(value.c_str(), &end);
-      if (*end != '\0' || !(o.seconds > 0)) usage(fmt::format("--seconds: expected a number > 0, got '{}'", value));
-    } else if (flag == "--model") {
-      o.model = value;
-    } else {
-      usage(fmt::format("unknown flag '{}'", flag));
-    }
-  }
+  kFlags.parse(argc, argv, [&](const std::string& flag, const std::string& value) {
+    if (flag == "--batch") o.batch = kFlags.integer_at_least(flag, value, 1);
+    else if (flag == "--context") o.context = kFlags.integer_at_least(flag, value, 1);
+    else if (flag == "--seconds") o.seconds = kFlags.positive(flag, value);
+    else if (flag == "--model") o.model = value;
+    else return false;
+    return true;
+  });
   return o;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  using namespace servesim;
   const Options o = parse(argc, argv);
-  ModelSpec spec;
-  try {
-    spec = resolve_model(o.model);
-  } catch (const InputError& e) {
-    usage(fmt::format("--model: {}", e.what()));
-  }
+  const ModelSpec spec = kFlags.model(o.model);
   if (o.context + 1 > spec.max_position_embeddings)
-    usage(fmt::format("--context: {} + 1 is more than {}'s {} positions", o.context, spec.name,
-                      spec.max_position_embeddings));
+    kFlags.usage(fmt::format("--context: {} + 1 is more than {}'s {} positions", o.context, spec.name,
+                             spec.max_position_embeddings));
 
   // Each sequence owns the blocks that hold its context and the new token.
   const int32_t blocks_per_sequence = (o.context + 1 + kBlockSize - 1) / kBlockSize;

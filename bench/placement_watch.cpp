@@ -16,6 +16,7 @@
 
 #include <fmt/format.h>
 
+#include "bench/watch_flags.h"
 #include "calib/anchor.h"
 #include "calib/placement.h"
 #include "sim/errors.h"
@@ -29,34 +30,18 @@ struct Options {
   int threads = 0;
 };
 
-[[noreturn]] void usage(const std::string& error) {
-  std::fprintf(stderr,
-               "%s%susage: servesim_placement_watch [--seconds S (120)] [--model M (small-110m)] [--threads T (0: "
-               "every core)]\n",
-               error.c_str(), error.empty() ? "" : "\n");
-  std::exit(error.empty() ? 0 : 2);
-}
+const servesim::bench::WatchFlags kFlags(
+    "usage: servesim_placement_watch [--seconds S (120)] [--model M (small-110m)] [--threads T (0: every core)]");
 
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (flag == "-h" || flag == "--help") usage("");
-    if (i + 1 >= argc) usage(fmt::format("{}: needs a value", flag));
-    const std::string value = argv[++i];
-    char* end = nullptr;
-    if (flag == "--seconds") {
-      o.seconds = std::strtod(value.c_str(), &end);
-      if (*end != '\0' || !(o.seconds > 0)) usage(fmt::format("--seconds: expected a number > 0, got '{}'", value));
-    } else if (flag == "--threads") {
-      o.threads = int(std::strtol(value.c_str(), &end, 10));
-      if (*end != '\0' || o.threads < 0) usage(fmt::format("--threads: expected an integer >= 0, got '{}'", value));
-    } else if (flag == "--model") {
-      o.model = value;
-    } else {
-      usage(fmt::format("unknown flag '{}'", flag));
-    }
-  }
+  kFlags.parse(argc, argv, [&](const std::string& flag, const std::string& value) {
+    if (flag == "--seconds") o.seconds = kFlags.positive(flag, value);
+    else if (flag == "--threads") o.threads = kFlags.integer_at_least(flag, value, 0);
+    else if (flag == "--model") o.model = value;
+    else return false;
+    return true;
+  });
   return o;
 }
 
@@ -66,11 +51,7 @@ int main(int argc, char** argv) {
   using namespace servesim;
   const Options o = parse(argc, argv);
   AnchorSettings settings;
-  try {
-    settings.model = resolve_model(o.model);
-  } catch (const InputError& e) {
-    usage(fmt::format("--model: {}", e.what()));
-  }
+  settings.model = kFlags.model(o.model);
   settings.threads = o.threads;
   settings.layers = int32_t(settings.model.num_hidden_layers);  // a decode step as a run makes it
   settings.repetitions = 20;

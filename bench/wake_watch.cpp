@@ -17,6 +17,7 @@
 
 #include <fmt/format.h>
 
+#include "bench/watch_flags.h"
 #include "calib/calibration_common.h"
 #include "calib/placement.h"
 #include "kernels/decoder/decoder_executor.h"
@@ -27,11 +28,7 @@
 
 namespace {
 
-[[noreturn]] void usage(const std::string& error) {
-  std::fprintf(stderr, "%s%susage: servesim_wake_watch [--rounds N (8)] [--model M (small-110m)]\n", error.c_str(),
-               error.empty() ? "" : "\n");
-  std::exit(error.empty() ? 0 : 2);
-}
+const servesim::bench::WatchFlags kFlags("usage: servesim_wake_watch [--rounds N (8)] [--model M (small-110m)]");
 
 }  // namespace
 
@@ -39,27 +36,13 @@ int main(int argc, char** argv) {
   using namespace servesim;
   int rounds = 8;
   std::string model_name = "small-110m";
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (flag == "-h" || flag == "--help") usage("");
-    if (i + 1 >= argc) usage(fmt::format("{}: needs a value", flag));
-    const std::string value = argv[++i];
-    if (flag == "--rounds") {
-      char* end = nullptr;
-      rounds = int(std::strtol(value.c_str(), &end, 10));
-      if (*end != '\0' || rounds < 1) usage(fmt::format("--rounds: expected an integer >= 1, got '{}'", value));
-    } else if (flag == "--model") {
-      model_name = value;
-    } else {
-      usage(fmt::format("unknown flag '{}'", flag));
-    }
-  }
-  ModelSpec model;
-  try {
-    model = resolve_model(model_name);
-  } catch (const InputError& e) {
-    usage(fmt::format("--model: {}", e.what()));
-  }
+  kFlags.parse(argc, argv, [&](const std::string& flag, const std::string& value) {
+    if (flag == "--rounds") rounds = kFlags.integer_at_least(flag, value, 1);
+    else if (flag == "--model") model_name = value;
+    else return false;
+    return true;
+  });
+  const ModelSpec model = kFlags.model(model_name);
   const int32_t block_size = 16;
   const int64_t tokens = 128;
   DecoderExecutor executor(make_cpu_decoder(random_weights(model, 0), 64, block_size, CpuDecoderOptions{0}), {});
