@@ -1,8 +1,9 @@
 """Unit tests of the CPU validation study's tables:
 experiments/validation_cpu/level_by_kind.py (each kind of iteration with
 and without each tracked level), prefill_level_moment.py (the prefill
-level read at an iteration's start, over its span, or blended) and
-runs_table.py (which kept attempts passed their run's gate)."""
+level read at an iteration's start, over its span, or blended),
+runs_table.py (which kept attempts passed their run's gate) and
+light_sample_size.py (how many requests a light point needs)."""
 import csv
 import json
 import os
@@ -13,6 +14,7 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "experiments", "validation_cpu"))
 import level_by_kind  # noqa: E402
+import light_sample_size  # noqa: E402
 import prefill_level_moment  # noqa: E402
 import runs_table  # noqa: E402
 
@@ -167,6 +169,70 @@ class RunsTableGate(unittest.TestCase):
             write_csv(os.path.join(tmp, "summary.csv"), [{"scheduler": "chunked", "mode": "replay"}])
             label = runs_table.load(tmp)[0]
         self.assertIn("floor gate 0.05, 4 attempts in rounds", label)
+
+
+def write_light_point(folder, requests):
+    """A light point's requests.csv: (prompt tokens, measured TTFT, replayed TTFT)."""
+    write_csv(os.path.join(folder, "requests.csv"),
+              [{"id": i, "prompt_tokens": t, "measured_ttft_s": m, "replay_ttft_s": r}
+               for i, (t, m, r) in enumerate(requests)])
+
+
+class LightSampleSize(unittest.TestCase):
+    def test_pools_split_the_scatter_from_the_level(self):
+        # Replayed TTFT 0.01 s + 0.001 s/token. Point a runs at its
+        # prediction but for one request at 1.2x; point b runs 1.1x with one
+        # request 1.21x (1.1 over its point's median).
+        a = [(t, 0.01 + 0.001 * t, 0.01 + 0.001 * t) for t in (10, 20, 30)] + [(40, 1.2 * 0.05, 0.05)]
+        b = [(t, 1.1 * (0.01 + 0.001 * t), 0.01 + 0.001 * t) for t in (10, 20, 30)] + [(40, 1.21 * 0.05, 0.05)]
+        noise, bias, (intercept, per_token) = light_sample_size.pools([a, b])
+        self.assertEqual(sorted(round(x, 6) for x in bias), [1.0, 1.1])
+        # The median of 4 ratios is between the 2nd and 3rd: 1.0 in a (1, 1, 1, 1.2), 1.1 in b.
+        self.assertEqual(sorted(round(x, 6) for x in noise), [1.0] * 6 + [1.1, 1.2])
+        self.assertAlmostEqual(intercept, 0.01)
+        self.assertAlmostEqual(per_token, 0.001)
+
+    def test_no_scatter_no_misses_and_more_requests_fewer(self):
+        rng = light_sample_size.np.random.default_rng(3)
+        line = (0.03, 0.001)
+        exact = light_sample_size.misses(light_sample_size.np.array([1.0]), None, line, 16, 500, (16, 256), rng)
+        self.assertEqual(exact, {"p50": (0.0, 0.0), "p90": (0.0, 0.0)})
+        # A third of the requests run 0.8x and a third 1.2x: the P50 and P90
+        # of few requests move with which requests they hit, of many hardly.
+        noise = light_sample_size.np.array([0.8, 1.0, 1.2])
+        few = light_sample_size.misses(noise, None, line, 8, 4000, (16, 256), rng)
+        many = light_sample_size.misses(noise, None, line, 512, 4000, (16, 256), rng)
+        for q in ("p50", "p90"):
+            self.assertGreater(few[q][0], 0.2)
+            self.assertLess(many[q][0], 0.02)
+            self.assertGreater(few[q][1], 2 * many[q][1])
+        # A level of 1.5 on every point misses every time.
+        biased = light_sample_size.misses(light_sample_size.np.array([1.0]), light_sample_size.np.array([1.5]),
+                                          line, 16, 100, (16, 256), rng)
+        self.assertEqual(biased["p50"][0], 1.0)
+
+    def test_command_line(self):
+        script = os.path.join(os.path.dirname(light_sample_size.__file__), "light_sample_size.py")
+        with tempfile.TemporaryDirectory() as tmp:
+            for k, slow in enumerate((1.0, 1.3)):
+                write_light_point(os.path.join(tmp, f"p{k}"),
+                                  [(t, (slow if t % 3 == 0 else 1.0) * (0.02 + 0.001 * t), 0.02 + 0.001 * t)
+                                   for t in range(16, 256, 15)])
+            points = [os.path.join(tmp, "p0"), os.path.join(tmp, "p1")]
+            done = subprocess.run([sys.executable, script, "--draws", "200", "--sizes", "8,32", "--json"] + points,
+                                  capture_output=True, text=True)
+            self.assertEqual(done.returncode, 0, done.stderr)
+            report = json.loads(done.stdout)
+            self.assertEqual((report["points"], report["requests"]), (2, 32))
+            self.assertEqual([s["requests"] for s in report["sizes"]], [8, 32])
+            done = subprocess.run([sys.executable, script, "--draws", "200"] + points, capture_output=True, text=True)
+            self.assertEqual(done.returncode, 0, done.stderr)
+            self.assertIn("P90, + bias", done.stdout)
+            for bad, says in ((["--sizes", "1"], "--sizes"), (["--prompt-len", "9"], "--prompt-len"),
+                              ([os.path.join(tmp, "none")], "none: no requests.csv")):
+                done = subprocess.run([sys.executable, script] + bad + points[:1], capture_output=True, text=True)
+                self.assertNotEqual(done.returncode, 0)
+                self.assertIn(says, done.stderr)
 
 
 if __name__ == "__main__":
