@@ -20,6 +20,9 @@ It then draws light points of N requests -- prompt lengths uniform over
 draw per point for the second estimate) -- and prints, for each N, the
 share of points whose P50 or P90 error (the line's percentile over the
 measured one, less 1) is outside +-10% and the error's standard deviation.
+Beside the draws it counts, for the points given, grouped by their number
+of requests, the TTFT P50 and P90 errors (replay and predict, from
+requests.csv as validate computes them) outside +-10%.
 
 Usage: experiments/validation_cpu/light_sample_size.py [--sizes 16,32,48]
        [--draws 20000] [--prompt-len 16:256] [--json] POINT_DIR [POINT_DIR ...]
@@ -36,17 +39,18 @@ TARGET = 0.10  # the issue's bound on P50 and P90 errors
 
 
 def read_point(point):
-    """(prompt tokens, measured TTFT s, replayed TTFT s) of each request of
-    one validate folder."""
+    """(prompt tokens, measured TTFT s, replayed TTFT s, predicted TTFT s)
+    of each request of one validate folder."""
     path = os.path.join(point, "requests.csv")
     try:
         with open(path) as f:
             rows = list(csv.DictReader(f))
-        return [(int(r["prompt_tokens"]), float(r["measured_ttft_s"]), float(r["replay_ttft_s"])) for r in rows]
+        return [(int(r["prompt_tokens"]), float(r["measured_ttft_s"]), float(r["replay_ttft_s"]),
+                 float(r["predict_ttft_s"])) for r in rows]
     except FileNotFoundError:
         sys.exit(f"{point}: no requests.csv (not a validate output folder)")
     except (KeyError, ValueError) as e:
-        sys.exit(f"{path}: expected prompt_tokens, measured_ttft_s and replay_ttft_s columns ({e})")
+        sys.exit(f"{path}: expected prompt_tokens, measured_ttft_s, replay_ttft_s and predict_ttft_s columns ({e})")
 
 
 def pools(points):
@@ -54,14 +58,14 @@ def pools(points):
     see the module's docstring."""
     noise, bias, lengths, replayed = [], [], [], []
     for requests in points:
-        ratios = np.array([m / r for _, m, r in requests if r > 0 and m > 0])
+        ratios = np.array([m / r for _, m, r, _ in requests if r > 0 and m > 0])
         if len(ratios) == 0:
             continue
         median = float(np.median(ratios))
         bias.append(median)
         noise += list(ratios / median)
-        lengths += [t for t, _, _ in requests]
-        replayed += [r for _, _, r in requests]
+        lengths += [t for t, _, _, _ in requests]
+        replayed += [r for _, _, r, _ in requests]
     if len(set(lengths)) < 2:
         sys.exit("need requests of at least two prompt lengths to fit TTFT on prompt tokens")
     per_token, intercept = np.polyfit(lengths, replayed, 1)
@@ -81,6 +85,20 @@ def misses(noise, bias, line, n, draws, prompt_range, rng):
     for q in (50, 90):
         error = np.percentile(predicted, q, axis=1) / np.percentile(measured, q, axis=1) - 1
         out[f"p{q}"] = (float(np.mean(np.abs(error) > TARGET)), float(np.std(error)))
+    return out
+
+
+def observed(points):
+    """{requests per point: (points, errors, errors outside +-TARGET)} over
+    each point's TTFT P50 and P90 errors, replay and predict (validate's
+    rel_error: the predicted percentile over the measured one, less 1)."""
+    out = {}
+    for requests in points:
+        measured = np.array([m for _, m, _, _ in requests])
+        errors = [np.percentile(np.array([r[mode] for r in requests]), q) / np.percentile(measured, q) - 1
+                  for mode in (2, 3) for q in (50, 90)]
+        n, count, outside = out.get(len(requests), (0, 0, 0))
+        out[len(requests)] = (n + 1, count + len(errors), outside + sum(bool(abs(e) > TARGET) for e in errors))
     return out
 
 
@@ -105,14 +123,18 @@ def main():
     if min(sizes) < 2 or opts.draws < 1:
         sys.exit("--sizes: at least 2 requests a point; --draws: at least 1")
 
-    noise, bias, line = pools([read_point(p) for p in opts.points])
+    points = [read_point(p) for p in opts.points]
+    noise, bias, line = pools(points)
+    seen = observed(points)
     rng = np.random.default_rng(opts.seed)
     rows = [{"requests": n, "noise": misses(noise, None, line, n, opts.draws, prompt_range, rng),
              "noise_and_bias": misses(noise, bias, line, n, opts.draws, prompt_range, rng)} for n in sizes]
     if opts.json:
         print(json.dumps({"points": len(bias), "requests": len(noise), "ttft_line_s": line,
                           "noise_p10_p90": list(np.percentile(noise, [10, 90])),
-                          "bias_p10_p50_p90": list(np.percentile(bias, [10, 50, 90])), "sizes": rows}, indent=1))
+                          "bias_p10_p50_p90": list(np.percentile(bias, [10, 50, 90])), "sizes": rows,
+                          "observed": [{"requests": n, "points": p, "errors": e, "outside": o}
+                                       for n, (p, e, o) in sorted(seen.items())]}, indent=1))
         return
     print(f"{len(bias)} points, {len(noise)} requests; replayed TTFT ~ {line[0] * 1e3:.1f} ms + "
           f"{line[1] * 1e6:.0f} us/token")
@@ -124,6 +146,9 @@ def main():
     for r in rows:
         cells = [r[k][q] for k in ("noise", "noise_and_bias") for q in ("p50", "p90")]
         print(f"{r['requests']:>8}  " + "  ".join(f"{m:>6.1%} ({sd:.3f})".rjust(16) for m, sd in cells))
+    print(f"the points given: TTFT P50 and P90 errors, replay and predict, outside {TARGET:.0%}:")
+    for n, (p, e, o) in sorted(seen.items()):
+        print(f"{n:>8}  {p} points: {o} of {e} ({o / e:.1%})")
 
 
 if __name__ == "__main__":

@@ -172,10 +172,11 @@ class RunsTableGate(unittest.TestCase):
 
 
 def write_light_point(folder, requests):
-    """A light point's requests.csv: (prompt tokens, measured TTFT, replayed TTFT)."""
+    """A light point's requests.csv: (prompt tokens, measured TTFT, replayed
+    TTFT, predicted TTFT)."""
     write_csv(os.path.join(folder, "requests.csv"),
-              [{"id": i, "prompt_tokens": t, "measured_ttft_s": m, "replay_ttft_s": r}
-               for i, (t, m, r) in enumerate(requests)])
+              [{"id": i, "prompt_tokens": t, "measured_ttft_s": m, "replay_ttft_s": r, "predict_ttft_s": p}
+               for i, (t, m, r, p) in enumerate(requests)])
 
 
 class LightSampleSize(unittest.TestCase):
@@ -183,14 +184,22 @@ class LightSampleSize(unittest.TestCase):
         # Replayed TTFT 0.01 s + 0.001 s/token. Point a runs at its
         # prediction but for one request at 1.2x; point b runs 1.1x with one
         # request 1.21x (1.1 over its point's median).
-        a = [(t, 0.01 + 0.001 * t, 0.01 + 0.001 * t) for t in (10, 20, 30)] + [(40, 1.2 * 0.05, 0.05)]
-        b = [(t, 1.1 * (0.01 + 0.001 * t), 0.01 + 0.001 * t) for t in (10, 20, 30)] + [(40, 1.21 * 0.05, 0.05)]
+        a = [(t, 0.01 + 0.001 * t, 0.01 + 0.001 * t, 0) for t in (10, 20, 30)] + [(40, 1.2 * 0.05, 0.05, 0)]
+        b = [(t, 1.1 * (0.01 + 0.001 * t), 0.01 + 0.001 * t, 0) for t in (10, 20, 30)] + [(40, 1.21 * 0.05, 0.05, 0)]
         noise, bias, (intercept, per_token) = light_sample_size.pools([a, b])
         self.assertEqual(sorted(round(x, 6) for x in bias), [1.0, 1.1])
         # The median of 4 ratios is between the 2nd and 3rd: 1.0 in a (1, 1, 1, 1.2), 1.1 in b.
         self.assertEqual(sorted(round(x, 6) for x in noise), [1.0] * 6 + [1.1, 1.2])
         self.assertAlmostEqual(intercept, 0.01)
         self.assertAlmostEqual(per_token, 0.001)
+
+    def test_observed_counts_errors_outside_the_target_by_size(self):
+        # Four requests of 0.1 s; replay exact, predict 1.2x at the longest:
+        # its P50 0.1 s (0%), its P90 0.1 + 0.7 x 0.02 s (+14%).
+        four = [(t, 0.1, 0.1, 0.12 if t > 30 else 0.1) for t in (10, 20, 30, 40)]
+        eight = [(t, 0.1, 0.1, 0.1) for t in range(8)]
+        seen = light_sample_size.observed([four, four, eight])
+        self.assertEqual(seen, {4: (2, 8, 2), 8: (1, 4, 0)})
 
     def test_no_scatter_no_misses_and_more_requests_fewer(self):
         rng = light_sample_size.np.random.default_rng(3)
@@ -216,8 +225,8 @@ class LightSampleSize(unittest.TestCase):
         with tempfile.TemporaryDirectory() as tmp:
             for k, slow in enumerate((1.0, 1.3)):
                 write_light_point(os.path.join(tmp, f"p{k}"),
-                                  [(t, (slow if t % 3 == 0 else 1.0) * (0.02 + 0.001 * t), 0.02 + 0.001 * t)
-                                   for t in range(16, 256, 15)])
+                                  [(t, (slow if t % 3 == 0 else 1.0) * (0.02 + 0.001 * t), 0.02 + 0.001 * t,
+                                    0.02 + 0.001 * t) for t in range(16, 256, 15)])
             points = [os.path.join(tmp, "p0"), os.path.join(tmp, "p1")]
             done = subprocess.run([sys.executable, script, "--draws", "200", "--sizes", "8,32", "--json"] + points,
                                   capture_output=True, text=True)
@@ -225,9 +234,11 @@ class LightSampleSize(unittest.TestCase):
             report = json.loads(done.stdout)
             self.assertEqual((report["points"], report["requests"]), (2, 32))
             self.assertEqual([s["requests"] for s in report["sizes"]], [8, 32])
+            self.assertEqual([(o["requests"], o["points"], o["errors"]) for o in report["observed"]], [(16, 2, 8)])
             done = subprocess.run([sys.executable, script, "--draws", "200"] + points, capture_output=True, text=True)
             self.assertEqual(done.returncode, 0, done.stderr)
             self.assertIn("P90, + bias", done.stdout)
+            self.assertIn("2 points:", done.stdout)
             for bad, says in ((["--sizes", "1"], "--sizes"), (["--prompt-len", "9"], "--prompt-len"),
                               ([os.path.join(tmp, "none")], "none: no requests.csv")):
                 done = subprocess.run([sys.executable, script] + bad + points[:1], capture_output=True, text=True)
