@@ -45,6 +45,8 @@ def read_point(point):
     try:
         with open(path) as f:
             rows = list(csv.DictReader(f))
+        if not rows:
+            sys.exit(f"{path}: no requests")
         return [(int(r["prompt_tokens"]), float(r["measured_ttft_s"]), float(r["replay_ttft_s"]),
                  float(r["predict_ttft_s"])) for r in rows]
     except FileNotFoundError:

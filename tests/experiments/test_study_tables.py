@@ -228,6 +228,9 @@ class LightSampleSize(unittest.TestCase):
                                   [(t, (slow if t % 3 == 0 else 1.0) * (0.02 + 0.001 * t), 0.02 + 0.001 * t,
                                     0.02 + 0.001 * t) for t in range(16, 256, 15)])
             points = [os.path.join(tmp, "p0"), os.path.join(tmp, "p1")]
+            os.makedirs(os.path.join(tmp, "empty"))
+            with open(os.path.join(tmp, "empty", "requests.csv"), "w") as f:
+                f.write("id,prompt_tokens,measured_ttft_s,replay_ttft_s,predict_ttft_s\n")
             done = subprocess.run([sys.executable, script, "--draws", "200", "--sizes", "8,32", "--json"] + points,
                                   capture_output=True, text=True)
             self.assertEqual(done.returncode, 0, done.stderr)
@@ -240,7 +243,8 @@ class LightSampleSize(unittest.TestCase):
             self.assertIn("P90, + bias", done.stdout)
             self.assertIn("2 points:", done.stdout)
             for bad, says in ((["--sizes", "1"], "--sizes"), (["--prompt-len", "9"], "--prompt-len"),
-                              ([os.path.join(tmp, "none")], "none: no requests.csv")):
+                              ([os.path.join(tmp, "none")], "none: no requests.csv"),
+                              ([os.path.join(tmp, "empty")], "requests.csv: no requests")):
                 done = subprocess.run([sys.executable, script] + bad + points[:1], capture_output=True, text=True)
                 self.assertNotEqual(done.returncode, 0)
                 self.assertIn(says, done.stderr)
