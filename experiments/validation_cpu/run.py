@@ -80,10 +80,11 @@ MODEL = "small-110m"
 # capacity was 5.14 req/s and the loads 0.5, 2.5 and 5.0 req/s; fractions
 # keep the three loads' meaning on a slower or faster machine.
 # The light point has as many requests as the overloaded one: its TTFT is
-# about each request's own prefill, which runs 0.8-1.3x its prediction in
-# spells too short to time, so the P50 and P90 of 16 requests missed 10% in
-# about 11% of drawn points from that scatter alone, and of 48 in 3%
-# (light_sample_size.py over the Xeon VM's 30 light points of 16).
+# about each request's own prefill, which runs 0.88-1.16x its point's
+# level (10th-90th percentile) in spells too short to time, so the P50 and
+# P90 of 16 requests missed 10% in about 11% of drawn points from that
+# scatter alone, and of 48 in 3% (light_sample_size.py over the Xeon VM's
+# 30 light points of 16).
 LOADS = [  # name, fraction of capacity, requests
     ("light", 0.1, 48),
     ("near-saturation", 0.5, 40),
