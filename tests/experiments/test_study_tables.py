@@ -2,8 +2,9 @@
 experiments/validation_cpu/level_by_kind.py (each kind of iteration with
 and without each tracked level), prefill_level_moment.py (the prefill
 level read at an iteration's start, over its span, or blended),
-runs_table.py (which kept attempts passed their run's gate) and
-light_sample_size.py (how many requests a light point needs)."""
+runs_table.py (which kept attempts passed their run's gate),
+light_sample_size.py (how many requests a light point needs) and
+floor_bands.py (MAPE and targets met by noise floor)."""
 import csv
 import json
 import os
@@ -13,6 +14,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "experiments", "validation_cpu"))
+import floor_bands  # noqa: E402
 import level_by_kind  # noqa: E402
 import light_sample_size  # noqa: E402
 import prefill_level_moment  # noqa: E402
@@ -247,6 +249,74 @@ class LightSampleSize(unittest.TestCase):
                               ([os.path.join(tmp, "empty")], "requests.csv: no requests")):
                 done = subprocess.run([sys.executable, script] + bad + points[:1], capture_output=True, text=True)
                 self.assertNotEqual(done.returncode, 0)
+                self.assertIn(says, done.stderr)
+
+
+def write_reports(point, floor, mape, errors):
+    """A validate folder's two reports: replay with the floor and MAPE, and
+    eight rel_errors in the order floor_bands reads them (replay then
+    predict; TTFT then TPOT; P50 then P90)."""
+    os.makedirs(point, exist_ok=True)
+    for k, mode in enumerate(("replay", "predict")):
+        e = errors[4 * k:4 * k + 4]
+        report = {"iteration_mape": {"all": mape, "floor": floor},
+                  "ttft_s": {"rel_error": {"p50": e[0], "p90": e[1]}},
+                  "tpot_s": {"rel_error": {"p50": e[2], "p90": e[3]}}}
+        with open(os.path.join(point, f"report_{mode}.json"), "w") as f:
+            json.dump(report, f)
+
+
+class FloorBands(unittest.TestCase):
+    def test_bands_count_misses_by_floor(self):
+        fine = [0.01] * 8
+        points = [(0.030, 0.032, fine),                      # low band: every target
+                  (0.035, 0.045, fine[:7] + [-0.15]),         # low band: one error outside
+                  (0.047, 0.051, fine),                       # high band: MAPE over 5%
+                  (0.048, 0.049, fine),                       # high band: every target
+                  (0.060, 0.070, [0.2] * 8)]                  # above the last edge
+        rows = floor_bands.bands(points, [0.04, 0.05])
+        self.assertEqual([(r["floor_from"], r["floor_to"], r["points"]) for r in rows],
+                         [(0.0, 0.04, 2), (0.04, 0.05, 2), (0.05, None, 1)])
+        low, high, top = rows
+        self.assertAlmostEqual(low["excess_median"], (0.002 + 0.010) / 2)
+        self.assertAlmostEqual(low["excess_max"], 0.010)
+        self.assertEqual((low["mape_misses"], low["errors_outside"], low["errors"], low["every_target"]),
+                         (0, 1, 16, 1))
+        self.assertEqual((high["mape_misses"], high["errors_outside"], high["every_target"]), (1, 0, 1))
+        self.assertEqual((top["mape_misses"], top["errors_outside"], top["every_target"]), (1, 8, 0))
+
+    def test_read_point_and_command_line(self):
+        script = os.path.join(os.path.dirname(floor_bands.__file__), "floor_bands.py")
+        with tempfile.TemporaryDirectory() as tmp:
+            write_reports(os.path.join(tmp, "a"), 0.03, 0.034, [0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.07, -0.12])
+            write_reports(os.path.join(tmp, "b"), 0.049, 0.052, [0.0] * 8)
+            write_reports(os.path.join(tmp, "old"), None, 0.04, [0.0] * 8)
+            self.assertEqual(floor_bands.read_point(os.path.join(tmp, "a")),
+                             (0.03, 0.034, [0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.07, -0.12]))
+            self.assertIsNone(floor_bands.read_point(os.path.join(tmp, "old")))
+            points = [os.path.join(tmp, p) for p in ("a", "b", "old")]
+            done = subprocess.run([sys.executable, script, "--json", "--bands", "0.045"] + points,
+                                  capture_output=True, text=True)
+            self.assertEqual(done.returncode, 0, done.stderr)
+            report = json.loads(done.stdout)
+            self.assertEqual((report["points"], report["without_floor"]), (2, 1))
+            self.assertEqual([(r["points"], r["errors_outside"], r["mape_misses"]) for r in report["bands"]],
+                             [(1, 1, 0), (1, 0, 1)])
+            done = subprocess.run([sys.executable, script] + points, capture_output=True, text=True)
+            self.assertEqual(done.returncode, 0, done.stderr)
+            self.assertIn("every target", done.stdout)
+            self.assertIn("1 without", done.stdout)
+            with open(os.path.join(tmp, "broken.json"), "w") as f:
+                f.write("{")
+            os.makedirs(os.path.join(tmp, "bad"))
+            os.rename(os.path.join(tmp, "broken.json"), os.path.join(tmp, "bad", "report_replay.json"))
+            for bad, says in ((["--bands", "0.05,0.04"], "--bands"), (["--bands", "x"], "--bands"),
+                              ([os.path.join(tmp, "none")], "none: no report_replay.json"),
+                              ([os.path.join(tmp, "bad")], "report_replay.json: not JSON"),
+                              ([os.path.join(tmp, "old")], "none of the folders")):
+                done = subprocess.run([sys.executable, script] + bad + (points[:1] if bad[0] == "--bands" else []),
+                                      capture_output=True, text=True)
+                self.assertNotEqual(done.returncode, 0, bad)
                 self.assertIn(says, done.stderr)
 
 
