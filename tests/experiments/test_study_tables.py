@@ -3,8 +3,9 @@ experiments/validation_cpu/level_by_kind.py (each kind of iteration with
 and without each tracked level), prefill_level_moment.py (the prefill
 level read at an iteration's start, over its span, or blended),
 runs_table.py (which kept attempts passed their run's gate),
-light_sample_size.py (how many requests a light point needs) and
-floor_bands.py (MAPE and targets met by noise floor)."""
+light_sample_size.py (how many requests a light point needs),
+floor_bands.py (MAPE and targets met by noise floor) and
+prefill_after_idle.py (prefills by the idle gap before them)."""
 import csv
 import json
 import os
@@ -17,6 +18,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "experime
 import floor_bands  # noqa: E402
 import level_by_kind  # noqa: E402
 import light_sample_size  # noqa: E402
+import prefill_after_idle  # noqa: E402
 import prefill_level_moment  # noqa: E402
 import runs_table  # noqa: E402
 
@@ -316,6 +318,65 @@ class FloorBands(unittest.TestCase):
                               ([os.path.join(tmp, "old")], "none of the folders")):
                 done = subprocess.run([sys.executable, script] + bad + (points[:1] if bad[0] == "--bands" else []),
                                       capture_output=True, text=True)
+                self.assertNotEqual(done.returncode, 0, bad)
+                self.assertIn(says, done.stderr)
+
+
+def write_iterations(point, iterations):
+    """A validate folder's iterations.csv and measured/iterations.csv from
+    (kind, start s, measured s, replayed s)."""
+    write_csv(os.path.join(point, "iterations.csv"),
+              [{"index": i, "kind": k, "measured_s": m, "predicted_s": p} for i, (k, _, m, p) in enumerate(iterations)])
+    write_csv(os.path.join(point, "measured", "iterations.csv"),
+              [{"index": i, "kind": k, "start_s": t, "duration_s": m} for i, (k, t, m, _) in enumerate(iterations)])
+
+
+class PrefillAfterIdle(unittest.TestCase):
+    # A first prefill (not counted: nothing before it), a decode, a prefill
+    # straight after it at 1.0x, an idle second, then a prefill at 1.2x, a
+    # decode and one more after 0.3 s idle at 1.1x.
+    ITERATIONS = [("prefill", 0.0, 0.10, 0.10), ("decode", 0.10, 0.02, 0.02), ("prefill", 0.12, 0.10, 0.10),
+                  ("prefill", 1.22, 0.12, 0.10), ("decode", 1.34, 0.02, 0.02), ("prefill", 1.66, 0.11, 0.10)]
+
+    def test_prefills_grouped_by_the_gap_before_them(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            write_iterations(tmp, self.ITERATIONS)
+            prefills = prefill_after_idle.read_point(tmp)
+            self.assertEqual(len(prefills), 3)
+            for (gap, ratio), (want_gap, want_ratio) in zip(prefills, [(0.0, 1.0), (1.0, 1.2), (0.3, 1.1)]):
+                self.assertAlmostEqual(gap, want_gap)
+                self.assertAlmostEqual(ratio, want_ratio)
+            rows = prefill_after_idle.bands(prefills, [0.001, 0.5])
+            self.assertEqual([(r["gap_from_s"], r["gap_to_s"], r["prefills"]) for r in rows],
+                             [(0.0, 0.001, 1), (0.001, 0.5, 1), (0.5, None, 1)])
+            self.assertAlmostEqual(rows[2]["median"], 1.2)
+
+    def test_command_line(self):
+        script = os.path.join(os.path.dirname(prefill_after_idle.__file__), "prefill_after_idle.py")
+        with tempfile.TemporaryDirectory() as tmp:
+            point = os.path.join(tmp, "p")
+            write_iterations(point, self.ITERATIONS)
+            done = subprocess.run([sys.executable, script, "--json", "--gaps", "0.2"] + [point],
+                                  capture_output=True, text=True)
+            self.assertEqual(done.returncode, 0, done.stderr)
+            report = json.loads(done.stdout)
+            self.assertEqual(report["prefills"], 3)
+            self.assertEqual([r["prefills"] for r in report["bands"]], [1, 2])
+            self.assertAlmostEqual(report["bands"][1]["median"], 1.15)
+            done = subprocess.run([sys.executable, script, point], capture_output=True, text=True)
+            self.assertEqual(done.returncode, 0, done.stderr)
+            self.assertIn("gap before", done.stdout)
+            decodes = os.path.join(tmp, "decodes")
+            write_iterations(decodes, [("decode", 0.0, 0.02, 0.02)])
+            short = os.path.join(tmp, "short")
+            write_iterations(short, self.ITERATIONS)
+            write_csv(os.path.join(short, "iterations.csv"), [{"index": 0, "kind": "decode", "measured_s": 0.02,
+                                                               "predicted_s": 0.02}])
+            for bad, says in ((["--gaps", "0.5,0.1", point], "--gaps"),
+                              ([os.path.join(tmp, "none")], "none: no iterations.csv"),
+                              ([short], "iterations.csv has 1 iterations, measured/iterations.csv 6"),
+                              ([decodes], "no prefill-only iterations")):
+                done = subprocess.run([sys.executable, script] + bad, capture_output=True, text=True)
                 self.assertNotEqual(done.returncode, 0, bad)
                 self.assertIn(says, done.stderr)
 
