@@ -50,7 +50,7 @@ def read_point(point):
         if mape.get("floor") is None:
             return None
         return float(mape["floor"]), float(mape["all"]), errors
-    except (KeyError, TypeError, ValueError) as e:
+    except (AttributeError, KeyError, TypeError, ValueError) as e:
         sys.exit(f"{point}: a report without iteration_mape.all or ttft_s/tpot_s rel_error p50/p90 ({e})")
 
 

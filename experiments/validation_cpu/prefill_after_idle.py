@@ -25,12 +25,17 @@ import sys
 import numpy as np
 
 
+def read_rows(path):
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
 def read_point(point):
     """[(gap before s, measured / replayed)] of a folder's prefill-only
     iterations after its first."""
     paths = [os.path.join(point, "iterations.csv"), os.path.join(point, "measured", "iterations.csv")]
     try:
-        costed, measured = [list(csv.DictReader(open(p))) for p in paths]
+        costed, measured = [read_rows(p) for p in paths]
     except FileNotFoundError as e:
         sys.exit(f"{point}: no {os.path.relpath(e.filename, point)} (not a validate output folder)")
     if len(costed) != len(measured):

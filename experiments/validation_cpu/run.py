@@ -46,10 +46,10 @@ attempt nearest to passing both bounds; attempts.csv gives every attempt's
 floor. With --in-situ interleave the level is timed all through the run,
 so drift over a run no longer spoils its prediction: --max-floor alone
 (without --max-drift) then gates on the noise only. A kept point's MAPE
-sits a little above its floor (0.1-1.5% on the Xeon VM), so a bound of
+sits a little above its floor (0.0-1.5% on the Xeon VM), so a bound of
 0.045 leaves room under the 5% target where 0.05 does not: on that VM, of
 the points with floors of 4.5-5%, 23 of 30 missed 5% MAPE; of those
-under 4.5%, 3 of 68 (floor_bands.py over the committed points).
+under 4.5%, 3 of 86 (floor_bands.py over the committed points).
 
 The noise also comes in spells: floors of 3.7% and of 8-13% came ten
 minutes apart, and back-to-back attempts of one point tend to share a

@@ -312,7 +312,12 @@ class FloorBands(unittest.TestCase):
                 f.write("{")
             os.makedirs(os.path.join(tmp, "bad"))
             os.rename(os.path.join(tmp, "broken.json"), os.path.join(tmp, "bad", "report_replay.json"))
+            os.makedirs(os.path.join(tmp, "odd"))
+            for mode in ("replay", "predict"):
+                with open(os.path.join(tmp, "odd", f"report_{mode}.json"), "w") as f:
+                    json.dump({"iteration_mape": [0.04]}, f)
             for bad, says in ((["--bands", "0.05,0.04"], "--bands"), (["--bands", "x"], "--bands"),
+                              ([os.path.join(tmp, "odd")], "odd: a report without iteration_mape.all"),
                               ([os.path.join(tmp, "none")], "none: no report_replay.json"),
                               ([os.path.join(tmp, "bad")], "report_replay.json: not JSON"),
                               ([os.path.join(tmp, "old")], "none of the folders")):
