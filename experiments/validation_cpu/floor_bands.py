@@ -26,6 +26,8 @@ import os
 import statistics
 import sys
 
+import bands as bands_of  # experiments/validation_cpu/bands.py
+
 MAPE_TARGET = 0.05  # the issue's bound on per-iteration MAPE
 ERROR_TARGET = 0.10  # the issue's bound on P50 and P90 TTFT and TPOT errors
 
@@ -57,15 +59,14 @@ def read_point(point):
 def bands(points, edges):
     """One row per band [lo, hi) of floors, from 0 to the last edge and
     above it (floor_to None); bands without points are left out."""
-    bounds = [0.0] + edges + [float("inf")]
     rows = []
-    for lo, hi in zip(bounds, bounds[1:]):
-        inside = [p for p in points if lo <= p[0] < hi]
+    for lo, hi in bands_of.bounds(edges):
+        inside = [p for p in points if bands_of.inside(p[0], lo, hi)]
         if not inside:
             continue
         excess = [mape - floor for floor, mape, _ in inside]
         rows.append({
-            "floor_from": lo, "floor_to": None if hi == float("inf") else hi, "points": len(inside),
+            "floor_from": lo, "floor_to": hi, "points": len(inside),
             "excess_median": statistics.median(excess), "excess_max": max(excess),
             "mape_misses": sum(mape > MAPE_TARGET for _, mape, _ in inside),
             "errors": sum(len(e) for _, _, e in inside),
@@ -84,12 +85,7 @@ def main():
                     help="the floors between bands, ascending (default %(default)s)")
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     opts = ap.parse_args()
-    try:
-        edges = [float(x) for x in opts.bands.split(",")]
-        if edges != sorted(set(edges)) or edges[0] <= 0:
-            raise ValueError
-    except ValueError:
-        sys.exit(f"--bands: ascending floors above 0, comma-separated, expected (got '{opts.bands}')")
+    edges = bands_of.parse_edges(opts.bands, "--bands", "floors")
 
     read = [read_point(p) for p in opts.points]
     points = [p for p in read if p is not None]

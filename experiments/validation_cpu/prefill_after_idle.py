@@ -24,6 +24,8 @@ import sys
 
 import numpy as np
 
+import bands as bands_of  # experiments/validation_cpu/bands.py
+
 
 def read_rows(path):
     with open(path) as f:
@@ -57,13 +59,12 @@ def read_point(point):
 def bands(prefills, edges):
     """One row per band [lo, hi) of gaps, from 0 to the last edge and above
     it (gap_to None); bands without prefills are left out."""
-    bounds = [0.0] + edges + [float("inf")]
     rows = []
-    for lo, hi in zip(bounds, bounds[1:]):
-        ratios = np.array([r for gap, r in prefills if lo <= gap < hi])
+    for lo, hi in bands_of.bounds(edges):
+        ratios = np.array([r for gap, r in prefills if bands_of.inside(gap, lo, hi)])
         if len(ratios) == 0:
             continue
-        rows.append({"gap_from_s": lo, "gap_to_s": None if hi == float("inf") else hi, "prefills": len(ratios),
+        rows.append({"gap_from_s": lo, "gap_to_s": hi, "prefills": len(ratios),
                      "median": float(np.median(ratios)), "mean": float(np.mean(ratios)),
                      "p90": float(np.percentile(ratios, 90))})
     return rows
@@ -77,12 +78,7 @@ def main():
                                                               "(default %(default)s)")
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     opts = ap.parse_args()
-    try:
-        edges = [float(x) for x in opts.gaps.split(",")]
-        if edges != sorted(set(edges)) or edges[0] <= 0:
-            raise ValueError
-    except ValueError:
-        sys.exit(f"--gaps: ascending seconds above 0, comma-separated, expected (got '{opts.gaps}')")
+    edges = bands_of.parse_edges(opts.gaps, "--gaps", "seconds")
     prefills = [p for point in opts.points for p in read_point(point)]
     if not prefills:
         sys.exit("no prefill-only iterations after a folder's first in the folders given")
