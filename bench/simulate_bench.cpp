@@ -7,7 +7,7 @@
 
 #include <benchmark/benchmark.h>
 
-#include "sim/simulation.h"
+#include "engine/simulation.h"
 
 namespace {
 

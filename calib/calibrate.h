@@ -41,7 +41,7 @@
 #include <string>
 #include <vector>
 
-#include "calib/profile.h"
+#include "sim/cost/profile.h"
 #include "kernels/decoder/sampler.h"
 #include "sim/model_spec.h"
 
@@ -49,6 +49,10 @@ namespace servesim {
 
 // The largest token count M a CUDA calibration times (--max-num-batched-tokens).
 inline constexpr int32_t kCudaMaxBatchedTokens = 16384;
+// The largest decode attention cell's K and V, one layer (the GPU's memory
+// is larger, and flushing its L2 needs no copies of the cell).
+inline constexpr double kCpuDecodeKvBudgetBytes = 2.0 * double(int64_t(1) << 30);
+inline constexpr double kCudaDecodeKvBudgetBytes = 8.0 * double(int64_t(1) << 30);
 
 struct CalibrationOptions {
   std::string device = "cpu";            // cpu, cuda or cuda:N (parse_device)
@@ -70,10 +74,23 @@ struct CalibrationOptions {
   int64_t gemm_ceiling_size = 0;         // n of the n^3 GEMM ceiling (0: cpu 2048, quick 1024; cuda 8192, quick 4096)
   int repetitions = 0;                   // timed runs per benchmark (0: 5; cuda quick: 3)
   double min_time_s = 0;                 // least time of each run (0: cpu 0.05 s, quick 0.01 s; cuda 5 ms, quick 1 ms)
-  // cpu, full mode, 2+ threads: at most this long timing whole-model
-  // iterations in both placements of the threads (calib/placement_ratios.h);
-  // negative: the default, 180 s (quick: none); 0: none.
-  double placement_seconds = -1;
+};
+
+// The longest context the options calibrate: max_context, else the model's
+// max_position_embeddings.
+int64_t max_context_of(const CalibrationOptions& options);
+
+// What a caller adds to a CPU calibration (validate/host_drift/ does, with
+// `calibrate --host-drift`); every part optional.
+struct CalibrationHooks {
+  // At every moment of the calibration: before each benchmark family and
+  // once at the end (moments 0, 1, ...).
+  std::function<void()> at_moment;
+  // Whether the whole-model timings taken at `moment` set the profile's
+  // iteration overhead and whole-model factors (every moment's when unset).
+  std::function<bool(size_t moment)> keeps_moment;
+  // Once the profile is complete, its decoders freed: may add to it.
+  std::function<void(DeviceProfile& profile)> finish;
 };
 
 // The sizes each table is measured at (ascending), from the options.
@@ -114,9 +131,14 @@ CalibrationGrids calibration_grids(const CalibrationOptions& options);
 // (STREAM copy/triad on arrays >= 4x the last-level cache, a large GEMM).
 // `progress` receives one line per benchmark family (12: ceilings, the four
 // GEMMs, elementwise, the two attentions, lm_head, sampling, iteration
-// overhead, the anchor probes; each starts "[k/12] "), a setup line, a closing line, and a
-// warning when other processes took over 5% of the CPUs meanwhile (the
-// share is kept in metadata.machine_load). The OpenMP thread count is set
+// overhead, the whole-model timings; each starts "[k/12] "), a setup line,
+// a closing line, and a warning when other processes took over 5% of the
+// CPUs meanwhile (the share is kept in metadata.machine_load).
+// Before every family and at the end (the calibration's moments) it also
+// times the whole model's 1-token decode and, in full mode, its prefills and
+// decode steps: their medians over the moments set the iteration overhead
+// and the whole-model factors, robust to a machine whose speed moves during
+// the calibration. The OpenMP thread count is set
 // to options.threads for the run and restored afterwards. InputError for bad
 // options, an unwritable raw_benchmarks_path, or a model whose fp32 weights
 // would take over 80% of this machine's memory (the CPU decoder could not
@@ -125,6 +147,6 @@ CalibrationGrids calibration_grids(const CalibrationOptions& options);
 // InputError saying why the device cannot be used: no GPU visible, no CUDA
 // backend in this build, ...), then calibrate_cuda (calib/calibrate_cuda.h).
 DeviceProfile calibrate(const CalibrationOptions& options,
-                        std::function<void(const std::string&)> progress = {});
+                        std::function<void(const std::string&)> progress = {}, const CalibrationHooks& hooks = {});
 
 }  // namespace servesim

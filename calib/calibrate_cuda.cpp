@@ -21,7 +21,7 @@
 #include "calib/cuda_ceilings.h"
 #include "calib/cuda_rig.h"
 #include "calib/cuda_timer.h"
-#include "calib/profile_model.h"
+#include "sim/cost/profile_model.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_stream.h"
@@ -126,7 +126,7 @@ DeviceProfile calibrate_cuda(const CalibrationOptions& options, std::function<vo
   // The whole model's decoder: every layer, a KV cache for the longest
   // whole-model plan, activations for it.
   const int64_t context = grids.decode_context.front();
-  const std::vector<int64_t> in_situ = calibration::in_situ_lengths(options, max_context);
+  const std::vector<int64_t> in_situ = calibration::gemm_factor_lengths(options, max_context);
   const int64_t whole_tokens = std::max<int64_t>(context, in_situ.empty() ? 1 : in_situ.back());
   // Whole decode steps of 1 .. max_num_seqs sequences around a context of
   // 256 (spread over 128 .. 384, as a served batch's are) for the
@@ -405,8 +405,8 @@ DeviceProfile calibrate_cuda(const CalibrationOptions& options, std::function<vo
     // timings alone.
     p.iteration_overhead_s = std::max(0.0, measured_decode_s - predicted_decode_s);
     executor.on_request_finished(1);
-    calibration::measure_in_situ(p, executor, in_situ, bs, timing.repetitions, say);
-    calibration::measure_decode_in_situ(p, executor, step_batches, step_cached, bs, decode_repetitions, say);
+    calibration::measure_gemm_factor(p, executor, in_situ, bs, timing.repetitions, say);
+    calibration::measure_decode_step_factor(p, executor, step_batches, step_cached, bs, decode_repetitions, say);
   }
 
   // ---- provenance.

@@ -27,9 +27,9 @@
 // iteration_overhead_s: a whole-model 1-token decode at the smallest decode
 // context through the real CUDA decoder (make_cuda_decoder_random +
 // DecoderExecutor: staging, a CUDA-graph replay, token selection, sync),
-// minus the tables' prediction for it, clamped at 0. gemm_in_situ: whole-
+// minus the tables' prediction for it, clamped at 0. gemm_factor: whole-
 // model prefills of 32 and 128 (full: also 512) tokens, as on the CPU.
-// decode_in_situ: whole-model decode steps of 1, 4, 16, 64 and 256 sequences
+// decode_step_factor: whole-model decode steps of 1, 4, 16, 64 and 256 sequences
 // (up to max_num_seqs) around context 256 (calibration::DecodeSteps),
 // graph-replayed as served, over what
 // the rest of the profile predicts for them. No anchor probes
@@ -44,7 +44,7 @@
 #include <string>
 
 #include "calib/calibrate.h"
-#include "calib/profile.h"
+#include "sim/cost/profile.h"
 
 namespace servesim {
 

@@ -11,7 +11,7 @@
 
 #include <fmt/format.h>
 
-#include "calib/profile_model.h"
+#include "sim/cost/profile_model.h"
 
 namespace servesim::calibration {
 namespace {
@@ -175,8 +175,8 @@ void DecodeSteps::advance() {
 double tables_seconds(const DeviceProfile& p, const IterationPlan& plan) {
   DeviceProfile tables = p;
   tables.iteration_overhead_s = 0;
-  tables.gemm_in_situ = {};
-  tables.decode_in_situ = {};
+  tables.gemm_factor = {};
+  tables.decode_step_factor = {};
   return ProfileModel(std::move(tables), p.model, "calibration").breakdown(plan).total();
 }
 
@@ -191,7 +191,7 @@ double median_execute_s(Executor& executor, const IterationPlan& plan, int warmu
   return median(times);
 }
 
-std::vector<int64_t> in_situ_lengths(const CalibrationOptions& options, int64_t max_context) {
+std::vector<int64_t> gemm_factor_lengths(const CalibrationOptions& options, int64_t max_context) {
   std::vector<int64_t> lengths;
   const int64_t longest = std::min<int64_t>(options.max_batched_tokens, max_context);
   for (int64_t t : options.quick ? std::vector<int64_t>{32, 128} : std::vector<int64_t>{32, 128, 512})
@@ -199,14 +199,14 @@ std::vector<int64_t> in_situ_lengths(const CalibrationOptions& options, int64_t 
   return lengths;
 }
 
-void measure_in_situ(DeviceProfile& p, Executor& executor, const std::vector<int64_t>& lengths,
+void measure_gemm_factor(DeviceProfile& p, Executor& executor, const std::vector<int64_t>& lengths,
                      int32_t block_size, int repetitions, const std::function<void(const std::string&)>& say,
                      int lead_steps, int64_t lead_cached) {
   std::vector<double> measured;
   for (int64_t t : lengths)
     measured.push_back(
         median(time_prefills(executor, t, block_size, 1, std::max(repetitions, 1), lead_steps, lead_cached)));
-  set_in_situ(p, lengths, measured, block_size, say);
+  set_gemm_factor(p, lengths, measured, block_size, say);
 }
 
 int64_t prefill_blocks_with_lead(int64_t tokens, int32_t block_size, int lead_steps, int64_t lead_cached) {
@@ -246,15 +246,15 @@ std::vector<double> time_decode_steps(Executor& executor, int64_t sequences, int
   return seconds;
 }
 
-void set_decode_in_situ(DeviceProfile& p, const std::vector<int64_t>& batches, int64_t cached, int32_t block_size,
+void set_decode_step_factor(DeviceProfile& p, const std::vector<int64_t>& batches, int64_t cached, int32_t block_size,
                         int warm_up, int timed, const std::vector<std::vector<double>>& measured,
                         const std::function<void(const std::string&)>& say) {
   if (measured.size() != batches.size() || timed < 1)
-    throw std::logic_error("set_decode_in_situ: one list of timed steps per batch size");
+    throw std::logic_error("set_decode_step_factor: one list of timed steps per batch size");
   DeviceProfile without = p;
-  without.decode_in_situ = {};
+  without.decode_step_factor = {};
   const ProfileModel model(std::move(without), p.model, "calibration");
-  p.decode_in_situ = {};
+  p.decode_step_factor = {};
   for (size_t i = 0; i < batches.size(); ++i) {
     if (measured[i].empty()) continue;
     // The prediction of each timed step of a run (contexts one token apart).
@@ -264,32 +264,32 @@ void set_decode_in_situ(DeviceProfile& p, const std::vector<int64_t>& batches, i
     for (int k = 0; k < timed; ++k, steps.advance()) predicted.push_back(model.breakdown(steps.plan()).total());
     std::vector<double> ratios;
     for (size_t k = 0; k < measured[i].size(); ++k) ratios.push_back(measured[i][k] / predicted[k % size_t(timed)]);
-    p.decode_in_situ.x.push_back(double(batches[i]));
-    p.decode_in_situ.factor.push_back(std::max(0.1, median(ratios)));
+    p.decode_step_factor.x.push_back(double(batches[i]));
+    p.decode_step_factor.factor.push_back(std::max(0.1, median(ratios)));
     if (say)
       say(fmt::format("    in situ: decode steps of {} sequence{} took {:.3f} ms, the tables say {:.3f} ms: x{:.3f}",
                       batches[i], batches[i] == 1 ? "" : "s", median(measured[i]) * 1e3, median(predicted) * 1e3,
-                      p.decode_in_situ.factor.back()));
+                      p.decode_step_factor.factor.back()));
   }
 }
 
-void measure_decode_in_situ(DeviceProfile& p, Executor& executor, const std::vector<int64_t>& batches,
+void measure_decode_step_factor(DeviceProfile& p, Executor& executor, const std::vector<int64_t>& batches,
                             int64_t cached, int32_t block_size, int repetitions,
                             const std::function<void(const std::string&)>& say) {
   const int timed = std::max(repetitions, 1);
   std::vector<std::vector<double>> measured;
   for (int64_t b : batches)
     measured.push_back(time_decode_steps(executor, b, cached, block_size, kDecodeStepWarmUp, timed));
-  set_decode_in_situ(p, batches, cached, block_size, kDecodeStepWarmUp, timed, measured, say);
+  set_decode_step_factor(p, batches, cached, block_size, kDecodeStepWarmUp, timed, measured, say);
 }
 
-void set_in_situ(DeviceProfile& p, const std::vector<int64_t>& lengths, const std::vector<double>& measured_s,
+void set_gemm_factor(DeviceProfile& p, const std::vector<int64_t>& lengths, const std::vector<double>& measured_s,
                  int32_t block_size, const std::function<void(const std::string&)>& say) {
-  if (measured_s.size() != lengths.size()) throw std::logic_error("set_in_situ: one measurement per length");
+  if (measured_s.size() != lengths.size()) throw std::logic_error("set_gemm_factor: one measurement per length");
   DeviceProfile without = p;
-  without.gemm_in_situ = {};
+  without.gemm_factor = {};
   const ProfileModel tables(std::move(without), p.model, "calibration");  // no in-situ factor yet
-  p.gemm_in_situ = {};
+  p.gemm_factor = {};
   for (size_t i = 0; i < lengths.size(); ++i) {
     const int64_t t = lengths[i];
     const double measured = measured_s[i];
@@ -297,8 +297,8 @@ void set_in_situ(DeviceProfile& p, const std::vector<int64_t>& lengths, const st
     const ProfileBreakdown b = tables.breakdown(prefill.plan());
     const double scaled = b.gemm + b.elementwise;
     const double factor = std::max(0.1, (measured - (b.total() - scaled)) / scaled);
-    p.gemm_in_situ.x.push_back(double(t));
-    p.gemm_in_situ.factor.push_back(factor);
+    p.gemm_factor.x.push_back(double(t));
+    p.gemm_factor.factor.push_back(factor);
     if (say)
       say(fmt::format("    in situ: a {}-token prefill took {:.2f} ms, the tables say {:.2f} ms: GEMMs x{:.3f}", t,
                       measured * 1e3, b.total() * 1e3, factor));

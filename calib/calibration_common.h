@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "calib/calibrate.h"
-#include "calib/profile.h"
+#include "sim/cost/profile.h"
 #include "sim/executor.h"
 #include "sim/iteration_plan.h"
 
@@ -97,9 +97,9 @@ double median_execute_s(Executor& executor, const IterationPlan& plan, int warmu
 // The prefill lengths T of the in-situ factor: 32 and 128 (quick) or 32,
 // 128 and 512 (full), those within both max_batched_tokens and the
 // context limit.
-std::vector<int64_t> in_situ_lengths(const CalibrationOptions& options, int64_t max_context);
+std::vector<int64_t> gemm_factor_lengths(const CalibrationOptions& options, int64_t max_context);
 
-// Fills p.gemm_in_situ: a whole-model prefill of each of `lengths` tokens
+// Fills p.gemm_factor: a whole-model prefill of each of `lengths` tokens
 // on `executor` (1 warm-up, then `repetitions` timed; the median), against
 // what p's tables predict for it (with p's iteration overhead):
 //   f(T) = (measured - attention - LM head - overhead) / (GEMMs + elementwise),
@@ -108,7 +108,7 @@ std::vector<int64_t> in_situ_lengths(const CalibrationOptions& options, int64_t 
 // With lead_steps > 0 each prefill follows that many decode steps around
 // `lead_cached` tokens (time_prefills), and the executor must hold
 // prefill_blocks_with_lead(max(lengths), ..) blocks.
-void measure_in_situ(DeviceProfile& p, Executor& executor, const std::vector<int64_t>& lengths,
+void measure_gemm_factor(DeviceProfile& p, Executor& executor, const std::vector<int64_t>& lengths,
                      int32_t block_size, int repetitions, const std::function<void(const std::string&)>& say,
                      int lead_steps = 0, int64_t lead_cached = 0);
 // Untimed 1-sequence decode steps before each timed whole-model prefill
@@ -136,25 +136,25 @@ int64_t prefill_blocks_with_lead(int64_t tokens, int32_t block_size, int lead_st
 // first_id + sequences - 1 are finished after.
 std::vector<double> time_decode_steps(Executor& executor, int64_t sequences, int64_t cached, int32_t block_size,
                                       int warm_up, int timed, int32_t first_block = 0, int64_t first_id = 1);
-// Fills p.decode_in_situ: for each of `batches`, the median over its
-// measured steps of measured / predicted (p's tables, gemm_in_situ and
+// Fills p.decode_step_factor: for each of `batches`, the median over its
+// measured steps of measured / predicted (p's tables, gemm_factor and
 // iteration overhead). measured[i] holds batches[i]'s timed steps from
 // time_decode_steps(.., warm_up, timed), one or more runs of them back to
 // back (step k is the (k mod timed)-th of its run). Call after p's other
 // parts are set.
-void set_decode_in_situ(DeviceProfile& p, const std::vector<int64_t>& batches, int64_t cached, int32_t block_size,
+void set_decode_step_factor(DeviceProfile& p, const std::vector<int64_t>& batches, int64_t cached, int32_t block_size,
                         int warm_up, int timed, const std::vector<std::vector<double>>& measured,
                         const std::function<void(const std::string&)>& say);
-// Untimed steps before measure_decode_in_situ's timed ones.
+// Untimed steps before measure_decode_step_factor's timed ones.
 constexpr int kDecodeStepWarmUp = 3;
 // Both at once: kDecodeStepWarmUp untimed and `repetitions` timed steps per
 // batch size (the CUDA calibration, the CPU's quick one).
-void measure_decode_in_situ(DeviceProfile& p, Executor& executor, const std::vector<int64_t>& batches,
+void measure_decode_step_factor(DeviceProfile& p, Executor& executor, const std::vector<int64_t>& batches,
                             int64_t cached, int32_t block_size, int repetitions,
                             const std::function<void(const std::string&)>& say);
-// The same from measured seconds, one per length (measure_in_situ's
+// The same from measured seconds, one per length (measure_gemm_factor's
 // medians, or the CPU calibration's medians over the whole calibration).
-void set_in_situ(DeviceProfile& p, const std::vector<int64_t>& lengths, const std::vector<double>& measured_s,
+void set_gemm_factor(DeviceProfile& p, const std::vector<int64_t>& lengths, const std::vector<double>& measured_s,
                  int32_t block_size, const std::function<void(const std::string&)>& say);
 
 }  // namespace servesim::calibration

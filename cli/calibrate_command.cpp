@@ -10,11 +10,13 @@
 #include <fmt/format.h>
 
 #include "calib/calibrate.h"
-#include "calib/profile.h"
+#include "sim/cost/profile.h"
 #include "cli/commands.h"
 #include "cli/common_options.h"
 #include "kernels/decoder/device_choice.h"
+#include "sim/cost/profile.h"
 #include "sim/errors.h"
+#include "validate/host_drift/host_drift.h"
 
 namespace servesim::cli {
 namespace {
@@ -97,10 +99,13 @@ int calibrate_command(int argc, const char* const* argv) {
       ("quick", "coarse grids and few repeats (tests, first looks; well under a minute for small-110m on the "
                 "CPU, for llama-3.1-8b on an H200)")
       ("threads", po::value<int>()->default_value(0), "CPU threads (0: every core; cpu only)")
+      ("host-drift",
+       "for a host whose speed drifts (a shared VM; docs/noisy-hosts.md): also time the drift probes (a "
+       "whole-model decode step and an n^3 GEMM) at every moment of the calibration, with the threads' "
+       "placement, and (cpu, 2+ threads, full mode) the placement ratios, for `validate --host-drift`")
       ("placement-seconds", po::value<double>(),
-       "cpu, 2+ threads: at most this long timing whole-model iterations with the threads in each placement "
-       "(cores sharing an L3, or two CCDs), for validate --placement apply (default: 180 in full mode, 0 with "
-       "--quick; 0: skip)")
+       "with --host-drift: at most this long timing whole-model iterations with the threads in each placement "
+       "(cores sharing an L3, or two CCDs) (default: 180 in full mode, 0 with --quick; 0: skip; at most 3600)")
       ("block-size", po::value<int32_t>()->default_value(16), "KV block size to time attention with")
       ("max-num-batched-tokens", po::value<int32_t>()->default_value(2048),
        "largest token count M timed (GEMMs, elementwise, prefill chunks; at most 16384 on cuda)")
@@ -139,7 +144,16 @@ int calibrate_command(int argc, const char* const* argv) {
   o.model = resolve_model(vm["model"].as<std::string>());
   o.quick = vm.count("quick") > 0;
   o.threads = vm["threads"].as<int>();
-  if (vm.count("placement-seconds")) o.placement_seconds = vm["placement-seconds"].as<double>();
+  const bool host_drift = vm.count("host-drift") > 0;
+  if (host_drift && device.cuda)
+    throw InputError("--host-drift applies to cpu calibrations (a GPU keeps its speed from one run to the next)");
+  double placement_seconds = -1;
+  if (vm.count("placement-seconds")) {
+    if (!host_drift) throw InputError("--placement-seconds applies with --host-drift");
+    placement_seconds = vm["placement-seconds"].as<double>();
+    if (!(placement_seconds >= 0 && placement_seconds <= 3600))
+      throw InputError(fmt::format("--placement-seconds must be in [0, 3600] (got {})", placement_seconds));
+  }
   o.block_size = vm["block-size"].as<int32_t>();
   o.max_batched_tokens = vm["max-num-batched-tokens"].as<int32_t>();
   o.max_context = vm["max-context"].as<int64_t>();
@@ -163,7 +177,8 @@ int calibrate_command(int argc, const char* const* argv) {
     std::fprintf(stderr, "calibrate: %s\n", line.c_str());
     std::fflush(stderr);
   };
-  const DeviceProfile profile = calibrate(o, progress);
+  const DeviceProfile profile =
+      calibrate(o, progress, host_drift ? host_drift_calibration_hooks(o, placement_seconds, progress) : CalibrationHooks{});
   profile.save(out);
   print_summary(profile, out, o.raw_benchmarks_path,
                 profile.metadata["settings"].value("wall_time_s", 0.0));

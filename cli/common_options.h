@@ -5,9 +5,9 @@
 
 #include <boost/program_options.hpp>
 
+#include "sim/cost/roofline_model.h"
 #include "sim/metrics.h"
-#include "sim/roofline_model.h"
-#include "sim/simulation.h"
+#include "sim/scheduler_settings.h"
 #include "sim/workload.h"
 
 namespace servesim::cli {

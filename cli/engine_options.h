@@ -9,7 +9,7 @@
 #include <boost/program_options.hpp>
 
 #include "cli/common_options.h"
-#include "kernels/decoder/engine.h"
+#include "engine/decoder_run.h"
 
 namespace servesim::cli {
 

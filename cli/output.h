@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sim/metrics.h"
-#include "sim/runner.h"
+#include "engine/serving_loop.h"
 #include "sim/speculative_stats.h"
 
 namespace servesim::cli {

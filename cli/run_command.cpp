@@ -10,7 +10,7 @@
 #include "cli/common_options.h"
 #include "cli/engine_options.h"
 #include "cli/output.h"
-#include "kernels/decoder/engine.h"
+#include "engine/decoder_run.h"
 #include "sim/errors.h"
 #include "sim/report.h"
 
@@ -41,7 +41,10 @@ int run_command(int argc, const char* const* argv) {
   auto ready = [&](const std::string& what) {
     if (!quiet) std::fprintf(stderr, "run: %s\n", what.c_str());
   };
-  EngineOutput out = serve(setup, workload, progress_printer("run", quiet), ready);
+  EngineRunOptions run;
+  run.progress = progress_printer("run", quiet);
+  run.on_ready = ready;
+  EngineOutput out = run_engine(setup, workload, run);
   if (!quiet && stderr_is_terminal()) std::fprintf(stderr, "\n");
 
   const nlohmann::json summary = summary_to_json(out.summary, setup.slo, engine_setup_to_json(setup, out));

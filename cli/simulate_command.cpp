@@ -1,6 +1,6 @@
 // `servesim simulate`: predict TTFT/TPOT for a model, a GPU, a workload and
 // a serving policy with the discrete-event simulator, costed by the roofline
-// or, with --profile, by a calibrated device profile (calib/profile_model.h).
+// or, with --profile, by a calibrated device profile (sim/cost/profile_model.h).
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -8,17 +8,16 @@
 
 #include <fmt/format.h>
 
-#include "calib/profile_model.h"
 #include "cli/commands.h"
 #include "cli/common_options.h"
 #include "cli/output.h"
-#include "kernels/decoder/engine.h"
-#include "sim/cost_jitter.h"
+#include "engine/decoder_run.h"
+#include "sim/cost/cost_jitter.h"
 #include "sim/draw_band.h"
 #include "sim/errors.h"
 #include "sim/report.h"
-#include "sim/simulation.h"
-#include "sim/speculative_cost.h"
+#include "engine/simulation.h"
+#include "sim/cost/speculative_cost.h"
 
 namespace servesim::cli {
 namespace {
@@ -142,7 +141,7 @@ int simulate_command(int argc, const char* const* argv) {
   setup.hardware = resolve_hardware(vm["hardware"].as<std::string>());
   setup.workload = workload_from(vm);
   setup.scheduler = scheduler_from(vm);
-  if (!use_profile) setup.roofline = roofline_from(vm);
+  if (!use_profile) setup.cost.roofline = roofline_from(vm);
   setup.slo = slo_from(vm);
   setup.draft = draft_from(vm, setup.model);
   setup.acceptance = acceptance_from(vm);
@@ -172,7 +171,6 @@ int simulate_command(int argc, const char* const* argv) {
                                  num_draws));
   }
 
-  std::optional<ProfileModel> profile_model, draft_profile_model;
   bool hardware_sizes_kv = !setup.scheduler.num_gpu_blocks;
   std::optional<double> cpu_kv_bytes;
   if (use_profile) {
@@ -183,72 +181,57 @@ int simulate_command(int argc, const char* const* argv) {
                                    setup.scheduler.block_size, profile->block_size, profile_path,
                                    setup.scheduler.block_size));
     setup.scheduler.block_size = profile->block_size;
-    profile_model.emplace(*profile, setup.model, profile_path);
-    if (setup.draft) {
-      if (setup.draft->shares_target_weights) {
-        // The target's per-layer tables cost the target's first L layers.
-        draft_profile_model.emplace(ProfileModel::for_layers(*profile, setup.draft->spec, profile_path));
-      } else {
-        if (!vm.count("draft-profile"))
-          throw InputError(fmt::format("with --profile, the draft {} needs its own --draft-profile (`servesim "
-                                       "calibrate --model {}`)",
-                                       setup.draft->spec.name, setup.draft->spec.name));
-        const std::string draft_path = vm["draft-profile"].as<std::string>();
-        draft_profile_model.emplace(DeviceProfile::load(draft_path), setup.draft->spec, draft_path);
-      }
+    setup.cost.profile = *profile;
+    setup.cost.profile_source = profile_path;
+    if (setup.draft && !setup.draft->shares_target_weights && vm.count("draft-profile")) {
+      setup.cost.draft_profile_source = vm["draft-profile"].as<std::string>();
+      setup.cost.draft_profile = DeviceProfile::load(setup.cost.draft_profile_source);
     }
-    if (!setup.scheduler.num_gpu_blocks && profile->device_kind == "cpu" && vm["hardware"].defaulted()) {
-      if (given(vm, "gpu-memory-utilization"))
-        throw InputError("--gpu-memory-utilization does not apply: with a cpu --profile the KV cache is 1 GiB "
-                         "of fp32 unless --hardware or --num-gpu-blocks is given");
-      const double bytes = EngineSetup{}.kv_cache_bytes;  // `servesim run`'s default
-      // The draft's fp32 KV shares the memory, block for block (as in `run`).
-      setup.scheduler.num_gpu_blocks = cpu_kv_blocks(setup.model, bytes, setup.scheduler.block_size,
-                                                     setup.draft ? &setup.draft->spec : nullptr);
-      cpu_kv_bytes = bytes;
-      hardware_sizes_kv = false;
-    }
+  }
+  // The cost models, built once: a profile that does not fit the model (or
+  // the draft) is refused here, before anything is simulated.
+  const CostModels costs = setup_cost_models(setup);
+  if (use_profile && !setup.scheduler.num_gpu_blocks && profile->device_kind == "cpu" && vm["hardware"].defaulted()) {
+    if (given(vm, "gpu-memory-utilization"))
+      throw InputError("--gpu-memory-utilization does not apply: with a cpu --profile the KV cache is 1 GiB "
+                       "of fp32 unless --hardware or --num-gpu-blocks is given");
+    const double bytes = EngineSetup{}.kv_cache_bytes;  // `servesim run`'s default
+    // The draft's fp32 KV shares the memory, block for block (as in `run`).
+    setup.scheduler.num_gpu_blocks = cpu_kv_blocks(setup.model, bytes, setup.scheduler.block_size,
+                                                   setup.draft ? &setup.draft->spec : nullptr);
+    cpu_kv_bytes = bytes;
+    hardware_sizes_kv = false;
   }
 
   const auto wall_start = std::chrono::steady_clock::now();
   const Workload workload = make_workload(setup.workload);
-  // One simulation of `s` (a speculative model draws acceptance from its
-  // own generator, so each simulation gets a fresh one).
-  auto simulate_once = [&](const SimulationSetup& s, std::function<void(const RunProgress&)> progress) {
-    if (!profile_model) return simulate_workload(s, workload, std::move(progress));
-    std::optional<SpeculativeCostModel> speculative_profile;
-    if (k > 0)
-      speculative_profile.emplace(*profile_model, *draft_profile_model, *s.acceptance, k, s.workload.seed);
-    Executor& executor = speculative_profile ? static_cast<Executor&>(*speculative_profile) : *profile_model;
-    return simulate_with_executor(s, workload, executor, std::move(progress));
-  };
-  SimulationOutput out = simulate_once(setup, progress_printer("simulate", quiet));
+  LoopOptions loop;
+  loop.progress = progress_printer("simulate", quiet);
+  SimulationOutput out = simulate_workload(setup, workload, costs, loop);
   std::optional<LatencyBands> bands;
   const RunSummary single = out.summary;
   if (num_draws > 1) {
-    std::vector<RunSummary> drawn;
     SimulationSetup jittered = setup;
-    jittered.jitter = jitter;
     jittered.keep_iterations = false;
-    for (int d = 0; d < num_draws; ++d) {
-      jittered.jitter_seed = draw_seed(setup.workload.seed, d);
-      drawn.push_back(simulate_once(jittered, {}).summary);
-      if (!quiet)
-        std::fprintf(stderr, "%ssimulate: draw %d/%d%s", stderr_is_terminal() ? "\r" : "", d + 1, num_draws,
-                     stderr_is_terminal() ? "" : "\n");
-    }
-    bands = band_latencies(drawn);
+    bands = simulate_draws(
+        num_draws, jitter, setup.workload.seed,
+        [&](CostMultiplier& m) {
+          CostMultiplier* multipliers[] = {&m};
+          return simulate_workload(jittered, workload, costs, {}, multipliers).summary;
+        },
+        [&](int done, int total) {
+          if (!quiet)
+            std::fprintf(stderr, "%ssimulate: draw %d/%d%s", stderr_is_terminal() ? "\r" : "", done, total,
+                         stderr_is_terminal() ? "" : "\n");
+        });
     out.summary = with_medians(out.summary, *bands);
   }
   const double wall_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
 
-  nlohmann::json config = setup_to_json(setup, out.scheduler);
+  nlohmann::json config = setup_to_json(setup, out.scheduler, costs);
   std::string device = setup.hardware.name;
-  if (profile_model) {
-    config["cost_model"] = profile_model->describe();
-    config["cost_model"]["profile"] = profile_path;
-    if (draft_profile_model) config["cost_model"]["draft"] = draft_profile_model->describe();
+  if (use_profile) {
     // The hardware's figures are not used by the profile model; keep them
     // only where they sized the KV cache.
     if (!hardware_sizes_kv) config.erase("hardware");

@@ -7,15 +7,18 @@
 
 #include <fmt/format.h>
 
-#include "calib/profile.h"
-#include "calib/validate.h"
+#include "sim/cost/profile.h"
 #include "cli/commands.h"
 #include "cli/common_options.h"
 #include "cli/engine_options.h"
 #include "cli/output.h"
 #include "kernels/decoder/device_choice.h"
-#include "kernels/decoder/engine.h"
+#include "engine/decoder_run.h"
+#include "sim/cost/profile.h"
 #include "sim/errors.h"
+#include "validate/quick_calibration.h"
+#include "validate/report.h"
+#include "validate/validation.h"
 
 namespace servesim::cli {
 
@@ -34,33 +37,21 @@ int validate_command(int argc, const char* const* argv) {
       ("draft-profile", po::value<std::string>(),
        "with --draft-model: the draft's device profile (default: a quick calibration of the draft, "
        "saved as OUT/draft_profile.json); a --self-draft-layers draft is costed by --profile's tables")
-      ("anchor", po::value<std::string>()->default_value("report"),
-       "report | apply | off: the profile's anchor probes (a whole-model decode step and a GEMM) are "
-       "measured again before and after the real run; report says how much slower or faster the device "
-       "ran than at calibration (report.json's anchor), apply also scales the predictions' memory- and "
-       "compute-bound costs by it (experimental: on this VM it helped some runs and over-corrected "
-       "others), off skips the probes; cpu only (a run on cuda is not probed)")
-      ("placement", po::value<std::string>()->default_value("report"),
-       "report | apply: the threads' placement (cores sharing an L3, or two CCDs) is recorded before every "
-       "iteration of the real run (cpu); apply also costs each iteration in its placement, by the profile's "
-       "placement ratios (from a full calibration that saw both placements)")
-      ("in-situ", po::value<std::string>()->default_value("profile"),
-       "profile | refresh | track | interleave: the whole-model factors that tie the profile's kernel tables to real prefills "
-       "and decode steps; profile uses them as calibrated, refresh times the same prefills and decode "
-       "steps again on the served decoder, just before its clock starts and just after the run (a few "
-       "seconds), and predicts with those: the tables at the device's speed of the run's minutes (for a "
-       "machine that drifts; cpu only, not with --anchor apply or speculation); track also times 1-sequence "
-       "decode steps in the run's idle gaps (ending before the next arrival) and scales each iteration's "
-       "cost by the level they measured around its time, relative to their median; interleave times decode "
-       "steps of the served batch between served iterations instead, every --interleave-interval of the "
-       "run's clock, with the clock stopped while they run (no latency includes them), and takes their "
-       "level as measured; every --interleave-prefill-interval one of them is a whole-model prefill, whose "
-       "level scales the iterations with a prefill")
+      ("host-drift", po::value<std::string>()->default_value("off"),
+       "off | report | interleave: what to do about a host whose speed drifts from one minute to the next (a "
+       "shared VM; docs/noisy-hosts.md). report: the profile's drift probes (a whole-model decode step and an "
+       "n^3 GEMM, from `calibrate --host-drift`) again just before and after the real run, and the threads' "
+       "placement before every iteration (cpu); the predictions unchanged. interleave: report, plus the "
+       "profile's whole-model factors re-timed on the served decoder around the run, plus decode steps of the "
+       "served batch (and every --interleave-prefill-interval a whole-model prefill) timed between served "
+       "iterations every --interleave-interval with the run's clock stopped (no latency includes them): one "
+       "multiplier timeline scales every predicted cost, and iterations are costed in their threads' placement "
+       "by the profile's placement ratios (cpu, without speculation)")
       ("interleave-interval", po::value<double>()->default_value(kDefaultInterleaveIntervalS),
-       "with --in-situ interleave: seconds of the run's clock from one timing between served iterations to "
+       "with --host-drift interleave: seconds of the run's clock from one timing between served iterations to "
        "the next (0.01 .. 60); shorter follows the device's speed closer and stops the clock more often")
       ("interleave-prefill-interval", po::value<double>()->default_value(kDefaultInterleavePrefillIntervalS),
-       "with --in-situ interleave: seconds of the run's clock from one prefill timing (a whole-model prefill "
+       "with --host-drift interleave: seconds of the run's clock from one prefill timing (a whole-model prefill "
        "of the refresh's length nearest 128 tokens) to the next; 0: decode steps only, and iterations with "
        "a prefill keep the refreshed cost (0, or 0.01 .. 60)")
       ("mode", po::value<std::string>()->default_value("predict"),
@@ -87,8 +78,19 @@ int validate_command(int argc, const char* const* argv) {
   po::options_description all(kHelpWidth);
   all.add(general).add(output).add(workload_options(engine_workload_defaults())).add(scheduler_options())
       .add(slo_options());
+  // Flags of earlier versions, refused by name (not in --help).
+  po::options_description removed;
+  removed.add_options()("anchor", po::value<std::string>())("placement", po::value<std::string>())(
+      "in-situ", po::value<std::string>());
+  po::options_description accepted;
+  accepted.add(all).add(removed);
 
-  const po::variables_map vm = parse_or_throw(argc, argv, all);
+  const po::variables_map vm = parse_or_throw(argc, argv, accepted);
+  for (const char* flag : {"anchor", "placement", "in-situ"})
+    if (vm.count(flag))
+      throw InputError(fmt::format("--{} was replaced by --host-drift off | report | interleave (see "
+                                   "docs/noisy-hosts.md)",
+                                   flag));
   if (vm.count("help")) {
     std::cout << all << "\nExit status: 0 success, 2 bad input (the message says which), 1 "
                         "runtime failure.\n";
@@ -97,31 +99,14 @@ int validate_command(int argc, const char* const* argv) {
 
   const EngineSetup setup = engine_setup_from(vm);
   const ValidationMode mode = parse_validation_mode(vm["mode"].as<std::string>());
-  const std::string anchor = vm["anchor"].as<std::string>();
-  if (anchor != "report" && anchor != "apply" && anchor != "off")
-    throw InputError(fmt::format("--anchor: '{}' is not one of report, apply, off", anchor));
-  const std::string placement = vm["placement"].as<std::string>();
-  if (placement != "report" && placement != "apply")
-    throw InputError(fmt::format("--placement: '{}' is not one of report, apply", placement));
-  const std::string in_situ = vm["in-situ"].as<std::string>();
-  if (in_situ != "profile" && in_situ != "refresh" && in_situ != "track" && in_situ != "interleave")
-    throw InputError(fmt::format("--in-situ: '{}' is not one of profile, refresh, track, interleave", in_situ));
-  if (!vm["interleave-interval"].defaulted() && in_situ != "interleave")
-    throw InputError("--interleave-interval applies with --in-situ interleave");
-  if (!vm["interleave-prefill-interval"].defaulted() && in_situ != "interleave")
-    throw InputError("--interleave-prefill-interval applies with --in-situ interleave");
   ValidationOptions options;
-  options.anchor = anchor == "off"     ? ValidationOptions::Anchor::Off
-                   : anchor == "apply" ? ValidationOptions::Anchor::Apply
-                                       : ValidationOptions::Anchor::Report;
-  options.placement = placement == "apply" ? ValidationOptions::PlacementCosting::Apply
-                                           : ValidationOptions::PlacementCosting::Report;
-  options.in_situ = in_situ == "refresh" ? ValidationOptions::InSitu::Refresh
-                    : in_situ == "track" ? ValidationOptions::InSitu::Track
-                    : in_situ == "interleave" ? ValidationOptions::InSitu::Interleave
-                                         : ValidationOptions::InSitu::Profile;
-  options.interleave_interval_s = vm["interleave-interval"].as<double>();
-  options.interleave_prefill_interval_s = vm["interleave-prefill-interval"].as<double>();
+  options.host_drift.mode = parse_host_drift_mode(vm["host-drift"].as<std::string>());
+  if (!vm["interleave-interval"].defaulted() && options.host_drift.mode != HostDriftMode::Interleave)
+    throw InputError("--interleave-interval applies with --host-drift interleave");
+  if (!vm["interleave-prefill-interval"].defaulted() && options.host_drift.mode != HostDriftMode::Interleave)
+    throw InputError("--interleave-prefill-interval applies with --host-drift interleave");
+  options.host_drift.interleave_interval_s = vm["interleave-interval"].as<double>();
+  options.host_drift.interleave_prefill_interval_s = vm["interleave-prefill-interval"].as<double>();
   options.predict_draws = vm["predict-draws"].as<int>();
   if (vm.count("predict-jitter")) options.predict_jitter_sigma = vm["predict-jitter"].as<double>();
   check_validation_options(options);  // before any quick calibration
@@ -152,7 +137,8 @@ int validate_command(int argc, const char* const* argv) {
       throw InputError(fmt::format("--out: cannot create folder '{}': {}", out_dir, ec.message()));
     note(fmt::format("no --profile: a quick calibration of {} on {} first (coarse; `servesim calibrate` "
                      "measures a full profile)", setup.model.name, setup.device));
-    profile = quick_calibration(setup, workload, [&](const std::string& line) { note("calibrate: " + line); });
+    profile = quick_calibration(setup, workload, [&](const std::string& line) { note("calibrate: " + line); },
+                                options.host_drift.mode != HostDriftMode::Off);
     saved_as = (fs::path(out_dir) / "profile.json").string();
     profile.save(*saved_as);
     profile_source = "quick calibration";
@@ -175,7 +161,8 @@ int validate_command(int argc, const char* const* argv) {
       draft_setup.speculative = SpeculativeSetup{};
       draft_setup.scheduler.num_speculative_tokens = 0;
       draft_profile = quick_calibration(draft_setup, workload,
-                                        [&](const std::string& line) { note("calibrate draft: " + line); });
+                                        [&](const std::string& line) { note("calibrate draft: " + line); },
+                                        options.host_drift.mode != HostDriftMode::Off);
       const std::string path = (std::filesystem::path(out_dir) / "draft_profile.json").string();
       std::filesystem::create_directories(out_dir);
       draft_profile->save(path);

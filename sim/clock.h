@@ -1,5 +1,5 @@
-// Time for the runner: virtual (a discrete-event simulation jumps from one
-// iteration's end to the next) or wall (a real run, added with the decoder).
+// Time for the serving loop: virtual (a discrete-event simulation jumps from
+// one iteration's end to the next) or wall (a real run).
 #pragma once
 
 #include <algorithm>
@@ -40,18 +40,6 @@ class WallClock final : public Clock {
   void wait_until(double time_s) override {
     const double wait = time_s - now();
     if (wait > 0) std::this_thread::sleep_for(std::chrono::duration<double>(wait));
-  }
-  // Runs `work` with the clock stopped: the time it takes does not count,
-  // so the run around it reads as if it had taken no time (validation
-  // times the machine between served iterations this way). Returns the
-  // seconds it took.
-  template <typename Work>
-  double stopped_while(Work&& work) {
-    const auto begin = std::chrono::steady_clock::now();
-    work();
-    const auto took = std::chrono::steady_clock::now() - begin;
-    start_ += took;
-    return std::chrono::duration<double>(took).count();
   }
 
  private:

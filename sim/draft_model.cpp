@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include "sim/errors.h"
-#include "sim/simulation.h"
+#include "sim/config_json.h"
 
 namespace servesim {
 

@@ -1,6 +1,6 @@
-// An Executor turns an IterationPlan into an IterationResult: the roofline
-// and profile cost models predict its duration; the decoder runs it.
-// Executors hold no scheduling logic.
+// An Executor turns an IterationPlan into an IterationResult: in a
+// simulation a cost model predicts its duration (sim/cost/simulated_executor.h);
+// in a real run the decoder runs it. Executors hold no scheduling logic.
 #pragma once
 
 #include <cstdint>
@@ -9,8 +9,6 @@
 #include "sim/iteration_plan.h"
 
 namespace servesim {
-
-class SpeculativeStats;
 
 class Executor {
  public:
@@ -21,9 +19,6 @@ class Executor {
   // The request has completed: state kept for it (its tokens) can go. A
   // preempted request is not finished; it comes back to be recomputed.
   virtual void on_request_finished(int64_t request_id) { (void)request_id; }
-  // What speculative decoding did so far, for executors that decide
-  // acceptance (sim/speculative_stats.h); nullptr when the run does not speculate.
-  virtual const SpeculativeStats* speculative_stats() const { return nullptr; }
 };
 
 }  // namespace servesim

@@ -103,7 +103,7 @@ step bench 60 "$bench" --model llama-3.1-8b --json "$work/bench_llama-3.1-8b.jso
 # grids reach 8192 tokens and 4096 positions, so nothing is extrapolated.
 validate() {  # MODEL LOADS LIMIT
   step "validate-$1" "$3" /usr/bin/env python3 "$repo/experiments/validation_cpu/run.py" --servesim "$servesim" \
-    --device cuda --model "$1" --out "$work/validation/$1" --loads "$2" --anchor off \
+    --device cuda --model "$1" --out "$work/validation/$1" --loads "$2" --host-drift off \
     --calibrate-args="--max-num-batched-tokens 8192 --max-context 4096" \
     --validate-args="--kv-cache-memory 24GiB --max-num-seqs 256 --max-num-batched-tokens 8192"
 }

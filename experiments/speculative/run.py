@@ -24,7 +24,13 @@ and predicts it from the profiles, at B in {1, 8}, k in {0, 2, 4}:
   -> validation.csv (per point: measured and predicted P50/P90 TPOT, their
      error in predict and replay mode, tokens per step measured and drawn).
 
+With --max-drift F (and --host-drift report, which validate and calibrate
+need to measure the drift probes) a point whose probes, just before and just
+after its real run, differ from the calibration's by more than F is run
+again (experiments/drift_gate.py).
+
 Usage: experiments/speculative/run.py [--part sim|cpu|all] [--servesim PATH] [--out DIR] [--quick]
+       [--host-drift off|report|interleave] [--max-drift F]
 """
 import argparse
 import csv
@@ -85,7 +91,7 @@ def profile_path(out, model):
 def calibrate(opts):
     for model in [CPU_TARGET, CPU_DRAFT]:
         sh([opts.servesim, "calibrate", "--device", "cpu", "--model", model, "--out", profile_path(opts.out, model)]
-           + (["--quick"] if opts.quick else []))
+           + (["--quick"] if opts.quick else []) + (["--host-drift"] if opts.host_drift != "off" else []))
 
 
 def platform_flags(name, opts):
@@ -144,8 +150,9 @@ def validate_point(opts, label, batch, k, extra):
                            "--profile", profile_path(opts.out, CPU_TARGET), "--num-speculative-tokens", str(k),
                            *extra, "--arrival", "closed", "--concurrency", str(batch), "--max-num-seqs", str(batch),
                            "--num-requests", str(requests), "--prompt-len", f"fixed:{CPU_PROMPT}",
-                           "--output-len", f"fixed:{CPU_OUTPUT}", "--seed", "1", "--out", folder]),
-        out, "report", opts.max_drift, opts.attempts, opts.attempt_log)
+                           "--output-len", f"fixed:{CPU_OUTPUT}", "--seed", "1", "--host-drift", opts.host_drift,
+                           "--out", folder]),
+        out, opts.max_drift, opts.attempts, opts.attempt_log)
     row = {"point": label, "batch": batch, "k": k, "attempt": attempt, "anchor_drift": drift}
     for mode in ["predict", "replay"]:
         with open(os.path.join(out, f"report_{mode}.json")) as f:
@@ -198,13 +205,19 @@ def main():
                     help="folder with profile_small-110m.json and profile_tiny-15m.json (default: OUT; "
                          "part cpu calibrates them unless this is given)")
     ap.add_argument("--quick", action="store_true", help="quick calibration and fewer requests (a smoke test)")
+    ap.add_argument("--host-drift", choices=["off", "report", "interleave"], default="off",
+                    help="part cpu: validate's --host-drift (and calibrate's, unless off); report measures the "
+                         "drift probes that --max-drift gates on. Default off")
     ap.add_argument("--max-drift", type=float, default=0.0,
-                    help="part cpu: rerun a point whose anchor probes (just before and after its real run) differ "
+                    help="part cpu: rerun a point whose drift probes (just before and after its real run) differ "
                          "from the calibration's by more than this fraction, up to --attempts times, keeping the "
                          "attempt that drifted least (experiments/drift_gate.py; validation_attempts.csv lists "
-                         "every attempt). Default 0: off")
+                         "every attempt; needs --host-drift report or interleave). Default 0: off")
     ap.add_argument("--attempts", type=int, default=3, help="most runs of one point under --max-drift")
     opts = ap.parse_args()
+    if opts.max_drift > 0 and opts.host_drift == "off":
+        ap.error("--max-drift needs --host-drift report or interleave: with --host-drift off validate measures "
+                 "no drift probes to gate on")
     opts.attempt_log = []
     os.makedirs(opts.out, exist_ok=True)
     opts.scratch = opts.scratch or os.path.join(ROOT, "runs", "speculative_sweeps")

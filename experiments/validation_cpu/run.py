@@ -7,57 +7,45 @@ and predicted, at three loads with the continuous and chunked schedulers.
    with the built-in decoder and predicts it twice from the profile:
    replay (the real run's own iterations re-costed) and predict (an
    independent simulation of the same workload).
-3. summary.csv: per-iteration MAPE (all/decode/prefill/mixed) and the
-   relative errors of P50/P90 TTFT and TPOT, per point and mode.
+3. summary.csv: per-iteration MAPE (all/decode/prefill/mixed, and the run's
+   own noise floor) and the relative errors of P50/P90 TTFT and TPOT, per
+   point and mode.
 
 Run it on an idle machine: other processes on the two cores distort the
-real runs. This VM also changes its memory speed from minute to minute (the
-same decode step takes 6.5 ms or 9.5 ms): with --max-drift F a point whose
-anchor probes, measured just before and after its real run, differ from the
-calibration's by more than F (with --anchor apply, which re-anchors the
-predictions on the probes: differ from each other by more than F) is run
-again, up to --attempts times (experiments/drift_gate.py); the attempt that
-drifted least is kept, attempts.csv lists every attempt and the
-NAME.attemptN folders keep each attempt's reports.
+real runs. The project's 2-core VMs also change their speed from minute to
+minute and move their vCPUs between cores (docs and
+experiments/results/cpu*/README.md say by how much). `--host-drift` is
+validate's switch for such hosts, passed through (and `calibrate
+--host-drift` with it, unless off):
 
-The VM also moves its two vCPUs between cores that share an L3 and cores
-on two CCDs (calib/placement.h), which changes the decode speed by about 1.4x:
-with --calibration-attempts N the calibration is repeated, up to N times,
-while fewer than 85% of its anchor probes saw one placement, and the gate
-above also reruns a point whose real run spent more than F of its
-iterations in the other placement. With --placement apply each iteration
-is costed in the placement it ran in (validate --placement apply, by the
-full calibration's placement ratios), so only iterations in a placement
-the profile has no ratios for count.
+  off         (default) nothing about the host is measured;
+  report      the drift probes before and after each real run and the
+              threads' placement before every iteration;
+  interleave  report, plus the profile's whole-model factors timed again
+              around the run, timings of the served batch between served
+              iterations (the run's clock stopped), and each iteration
+              costed in the placement it ran in: what the committed CPU
+              studies used.
 
-Within one placement the VM still drifts by 5-10% over minutes. With
---in-situ refresh every validate times the profile's whole-model prefills
-and decode steps again just before and just after its real run and
-predicts with them (calib/in_situ_refresh.h); the gate's drift is then how
-much those timings moved over the run.
+The gate (experiments/drift_gate.py) reruns a point, up to --attempts
+times, whose drift probes (or, with interleave, its refreshed factors)
+moved by more than --max-drift or which ran more than that share of its
+iterations in a placement it was not costed in (needs report or
+interleave), or whose own noise floor (iteration_mape.floor) is above
+--max-floor; the attempt nearest to passing is kept, attempts.csv lists
+every attempt and the NAME.attemptN folders keep each attempt's reports.
+With interleave the level is timed all through the run, so --max-floor
+alone can gate. A kept point's MAPE sits a little above its floor (0.0-1.5%
+on the Xeon VM), so a bound of 0.045 leaves room under the 5% target where
+0.05 does not (experiments/diagnostics/floor_bands.py). With --spread the
+attempts run in rounds (the first of every point, then a second of each
+point that missed, and so on): the noise comes in spells of minutes, which
+back-to-back attempts tend to share. --calibration-attempts N calibrates
+again, up to N times, while fewer than 85% of the calibration's drift
+probes saw one placement of the threads (needs report or interleave).
 
-Some moments of the VM are noisier than others: the same decode step,
-timed over and over for 25-60 s, had a coefficient of variation of 3% in
-some windows and 7-11% in others within one hour. Each
-validate reports its run's noise floor (iteration_mape.floor: the MAPE of
-a cost model that knew the run's level at every moment). With --max-floor
-F2 the gate also reruns a point whose floor is above F2, and keeps the
-attempt nearest to passing both bounds; attempts.csv gives every attempt's
-floor. With --in-situ interleave the level is timed all through the run,
-so drift over a run no longer spoils its prediction: --max-floor alone
-(without --max-drift) then gates on the noise only. A kept point's MAPE
-sits a little above its floor (0.0-1.5% on the Xeon VM), so a bound of
-0.045 leaves room under the 5% target where 0.05 does not: on that VM, of
-the points with floors of 4.5-5%, 23 of 30 missed 5% MAPE; of those
-under 4.5%, 3 of 86 (floor_bands.py over the committed points).
-
-The noise also comes in spells: floors of 3.7% and of 8-13% came ten
-minutes apart, and back-to-back attempts of one point tend to share a
-spell. With --spread the attempts run in rounds instead: the first
-attempt of every point, then a second of each point that missed the gate,
-and so on, so one point's attempts are a round (minutes) apart.
-
-Usage: experiments/validation_cpu/run.py [--servesim PATH] [--out DIR] [--quick] [--max-drift F]
+Usage: experiments/validation_cpu/run.py [--servesim PATH] [--out DIR] [--quick]
+       [--host-drift off|report|interleave] [--max-drift F] [--max-floor F]
 
 The same study runs on a GPU (experiments/gpu/run.sh calls it): --device
 cuda --model llama-3.1-8b --loads light:20:100,... and --extra flags for
@@ -87,8 +75,8 @@ MODEL = "small-110m"
 # about each request's own prefill, which runs 0.88-1.16x its point's
 # level (10th-90th percentile) in spells too short to time, so the P50 and
 # P90 of 16 requests missed 10% in about 11% of drawn points from that
-# scatter alone, and of 48 in 3% (light_sample_size.py over the Xeon VM's
-# 30 light points of 16).
+# scatter alone, and of 48 in 3% (experiments/diagnostics/light_sample_size.py
+# over the Xeon VM's 30 light points of 16).
 LOADS = [  # name, fraction of capacity, requests
     ("light", 0.1, 48),
     ("near-saturation", 0.5, 40),
@@ -109,9 +97,10 @@ def sh(cmd):
 
 
 def placement_share(profile):
-    """Share of the calibration's anchor probes with a known placement that
+    """Share of the calibration's drift probes with a known placement that
     saw the placement most of them saw; None when no probe's placement is
-    known (one thread: nothing to watch, or an older profile)."""
+    known (calibrated without --host-drift, one thread: nothing to watch,
+    or an older profile)."""
     with open(profile) as f:
         counts = json.load(f).get("metadata", {}).get("anchor_probes", {}).get("placement_counts") or {}
     known = counts.get("near", 0) + counts.get("far", 0)
@@ -137,7 +126,7 @@ def write_summary(out, rows):
         w.writerows(rows)
 
 
-def summary_rows(point, scheduler, load, rate, n, attempt, score, anchor):
+def summary_rows(point, scheduler, load, rate, n, attempt, score):
     """summary.csv's two rows (replay, predict) of one point's kept attempt,
     each also printed as a line on stderr."""
     rows = []
@@ -147,7 +136,7 @@ def summary_rows(point, scheduler, load, rate, n, attempt, score, anchor):
         rows.append({
             "scheduler": scheduler, "load": load, "rate": rate, "requests": n, "mode": mode,
             "attempt": attempt, "gate_score": score,
-            "anchor_drift": drift_gate.drift_of(point, anchor),
+            "anchor_drift": drift_gate.drift_of(point),
             "placement_mismatch": drift_gate.placement_mismatch_of(point),
             "iteration_mape_all": r["iteration_mape"]["all"],
             "iteration_mape_floor": r["iteration_mape"].get("floor", float("nan")),
@@ -177,38 +166,30 @@ def main():
     ap.add_argument("--servesim", default=os.path.join(ROOT, "build/release/cli/servesim"))
     ap.add_argument("--out", default=os.path.join(ROOT, "experiments/results/cpu"))
     ap.add_argument("--quick", action="store_true", help="quick calibration and fewer requests (a smoke test)")
-    ap.add_argument("--anchor", choices=["report", "apply", "off"], default="report",
-                    help="validate's --anchor: report (default) reports the device's drift since calibration, "
-                         "apply also re-anchors the predictions on it")
-    ap.add_argument("--placement", choices=["report", "apply"], default="report",
-                    help="validate's --placement: apply costs each iteration in the threads' placement it ran in, "
-                         "by the profile's placement ratios (calib/placement_ratios.h)")
-    ap.add_argument("--in-situ", choices=["profile", "refresh", "track", "interleave"], default="profile",
-                    help="validate's --in-situ: refresh times the profile's whole-model prefills and decode steps "
-                         "again just before and just after each real run and predicts with them "
-                         "(calib/in_situ_refresh.h); the gate then reruns a point whose timings after its run "
-                         "differ from those before it by more than --max-drift; track also times the served "
-                         "decoder in the run's idle gaps and scales each iteration by the level around its time; "
-                         "interleave times it between served iterations instead, with the run's clock stopped")
+    ap.add_argument("--host-drift", choices=["off", "report", "interleave"], default="off",
+                    help="validate's --host-drift (and calibrate's, unless off): report measures the drift probes "
+                         "before and after each real run and the threads' placement per iteration; interleave "
+                         "also times the profile's whole-model factors around the run and the served batch "
+                         "between served iterations, and costs each iteration in its placement (the committed "
+                         "CPU studies' mode). Default off: nothing about the host is measured")
     ap.add_argument("--predict-draws", type=int, default=51,
                     help="validate's --predict-draws: predict's statistics as medians over N jittered simulations "
                          "(summary.csv then also gives the one simulation without jitter, single_*)")
     ap.add_argument("--profile", help="use this profile instead of calibrating one")
     ap.add_argument("--max-drift", type=float, default=0.0,
-                    help="rerun a point whose anchor probes (a whole-model decode step and an n^3 GEMM, just "
-                         "before and just after the real run) differ from the calibration's (with --anchor apply: from each other) by "
-                         "more than this fraction, up to --attempts "
-                         "times, keeping the attempt that drifted least; every attempt is listed in attempts.csv "
-                         "(default 0: off). This VM changes its memory speed by up to 50%% from minute to minute; "
-                         "a prediction from a calibration on the other speed is not a test of the cost model")
+                    help="rerun a point whose gate score (the drift probes' change from the calibration, or with "
+                         "interleave the refreshed factors' change over the run, or the share of its iterations "
+                         "in a placement it was not costed in) is above this fraction, up to --attempts times, "
+                         "keeping the attempt nearest to passing; every attempt is listed in attempts.csv "
+                         "(experiments/drift_gate.py; needs --host-drift report or interleave; default 0: off)")
     ap.add_argument("--max-floor", type=float, default=0.0,
                     help="rerun a point whose own noise floor (report.json's iteration_mape.floor: the MAPE a "
                          "cost model that knew the run's level at every moment would have) is above this "
                          "fraction, up to --attempts times; with --max-drift too, the attempt nearest to passing "
-                         "both bounds is kept (experiments/drift_gate.py; default 0: off). The floor measures the "
-                         "machine during the attempt: an attempt whose floor is above the MAPE target cannot test "
-                         "the cost model against it. With --in-situ interleave, which times the level all through "
-                         "the run, the floor alone can gate (--max-drift 0)")
+                         "both bounds is kept (experiments/drift_gate.py; default 0: off). An attempt whose "
+                         "floor is above the MAPE target cannot test the cost model against it. With "
+                         "--host-drift interleave, which times the level all through the run, the floor alone "
+                         "can gate")
     ap.add_argument("--attempts", type=int, default=3, help="most runs of one point under --max-drift or --max-floor")
     ap.add_argument("--spread", action="store_true",
                     help="under --max-drift or --max-floor, run the attempts in rounds: the first of every "
@@ -216,8 +197,8 @@ def main():
                          "point's attempts are minutes apart rather than back to back (this VM's noise comes "
                          "in spells of minutes); summary.csv is then written at the end")
     ap.add_argument("--calibration-attempts", type=int, default=1,
-                    help="most calibrations: calibrate again while fewer than 85%% of the anchor probes saw one "
-                         "placement of the threads (calib/placement.h)")
+                    help="most calibrations: calibrate again while fewer than 85%% of the drift probes saw one "
+                         "placement of the threads (needs --host-drift report or interleave)")
     ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     ap.add_argument("--model", default=MODEL)
     ap.add_argument("--loads", help="NAME:RATE:REQUESTS,... in requests/s (default: light, near-saturation and "
@@ -226,6 +207,12 @@ def main():
     ap.add_argument("--validate-args", default="", help="extra flags for every `servesim validate`")
     ap.add_argument("--calibrate-args", default="", help="extra flags for `servesim calibrate`")
     opts = ap.parse_args()
+    if opts.max_drift > 0 and opts.host_drift == "off":
+        ap.error("--max-drift needs --host-drift report or interleave: with --host-drift off validate measures "
+                 "no drift probes, no refresh and no placement to gate on")
+    for flag in ("--interleave-interval", "--interleave-prefill-interval"):
+        if flag in opts.validate_args.split() and opts.host_drift != "interleave":
+            ap.error(f"--validate-args {flag} applies with --host-drift interleave only")
     # The commit at the start: the code this study runs, even if another lands while it runs.
     commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
                             capture_output=True, text=True).stdout.strip()
@@ -242,13 +229,15 @@ def main():
     if not opts.profile:
         for _ in range(max(1, opts.calibration_attempts)):
             sh([opts.servesim, "calibrate", "--device", opts.device, "--model", opts.model, "--out", profile]
-               + (["--quick"] if opts.quick else []) + opts.calibrate_args.split())
+               + (["--quick"] if opts.quick else []) + (["--host-drift"] if opts.host_drift != "off" else [])
+               + opts.calibrate_args.split())
             share = placement_share(profile)
             calibration_shares.append(share)
             if share is None:
-                print("calibration: the threads' placement was not watched (one thread)", file=sys.stderr)
+                print("calibration: the threads' placement was not watched (--host-drift off, or one thread)",
+                      file=sys.stderr)
                 break
-            print(f"calibration: {share:.0%} of the anchor probes in one placement", file=sys.stderr)
+            print(f"calibration: {share:.0%} of the drift probes in one placement", file=sys.stderr)
             if share >= 0.85:
                 break
 
@@ -264,7 +253,7 @@ def main():
         return lambda out: sh([opts.servesim, "validate", "--device", opts.device, "--model", opts.model,
                                "--profile", profile, "--scheduler", scheduler, "--arrival", "poisson",
                                "--rate", str(rate), "--num-requests", str(n), "--seed", "1", "--quiet",
-                               "--anchor", opts.anchor, "--placement", opts.placement, "--in-situ", opts.in_situ,
+                               "--host-drift", opts.host_drift,
                                "--predict-draws", str(opts.predict_draws), "--out", out]
                               + opts.validate_args.split())
 
@@ -286,10 +275,10 @@ def main():
     for group in groups:
         kept = drift_gate.validate_gated_in_rounds(
             [(folder(s, load), runner(s, rate, n)) for s, load, rate, n in group],
-            opts.anchor, opts.max_drift, opts.attempts, attempts, max_floor=opts.max_floor,
+            opts.max_drift, opts.attempts, attempts, max_floor=opts.max_floor,
             on_round=progress if opts.spread else None)
         for s, load, rate, n in group:
-            rows += summary_rows(folder(s, load), s, load, rate, n, *kept[folder(s, load)], opts.anchor)
+            rows += summary_rows(folder(s, load), s, load, rate, n, *kept[folder(s, load)])
         write_summary(opts.out, rows)
 
     if opts.max_drift > 0 or opts.max_floor > 0:
@@ -311,7 +300,7 @@ def main():
             "capacity_rps": capacity_rps, "capacity_workload": CAPACITY_WORKLOAD if capacity_rps else None,
             "schedulers": SCHEDULERS, "seed": 1,
             "max_drift": opts.max_drift, "max_floor": opts.max_floor, "attempts": opts.attempts,
-            "spread": opts.spread, "in_situ": opts.in_situ,
+            "spread": opts.spread, "host_drift": opts.host_drift,
             "predict_draws": opts.predict_draws,
             "calibration_placement_shares": calibration_shares}
     with open(os.path.join(opts.out, "metadata.json"), "w") as f:

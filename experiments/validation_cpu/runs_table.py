@@ -4,10 +4,12 @@
 Usage: experiments/validation_cpu/runs_table.py STUDY_DIR [STUDY_DIR ...]
 
 Each STUDY_DIR holds a study's summary.csv and metadata.json (run.py's
-output, or a folder of experiments/results/cpu/reruns). Rows: every point
-(scheduler x load) for every run, labelled with the run's commit, --anchor,
---in-situ, --threads, --loads and predict's draws when given (the MAPE with its floor,
-the run's own noise, when the run reported it); then, per run, how many points meet iteration
+output, e.g. experiments/results/cpu). Rows: every point (scheduler x load)
+for every run, labelled with the run's commit, --host-drift (or, for runs
+made before it, --anchor, --placement and --in-situ), the timings'
+intervals, --threads, --loads and predict's draws when given (the MAPE with
+its floor, the run's own noise, when the run reported it); then, per run,
+how many points meet iteration
 MAPE <= 5%, how many TTFT/TPOT P50/P90 errors (replay and predict) are
 within 10%, how many points meet both (all eight of their errors), and
 how many kept attempts passed the run's gate (--max-drift on the gate
@@ -34,13 +36,18 @@ def load(folder):
         meta = json.load(f)
     with open(os.path.join(folder, "summary.csv")) as f:
         rows = list(csv.DictReader(f))
-    anchor = "rescale" if "--anchor rescale" in meta["command"] else "report"
-    placement = ", placement apply" if "--placement apply" in meta["command"] else ""
+    host_drift = re.search(r"--host-drift[ =](off|report|interleave)", meta["command"])
+    if host_drift:
+        modes = f"host-drift {host_drift.group(1)}"
+        in_situ = ""
+    else:  # a run made before --host-drift: its --anchor, --placement and --in-situ
+        modes = "rescale" if "--anchor rescale" in meta["command"] else "report"
+        modes += ", placement apply" if "--placement apply" in meta["command"] else ""
+        in_situ = re.search(r"--in-situ[ =](refresh|track|interleave)", meta["command"])
+        in_situ = f", in-situ {in_situ.group(1)}" if in_situ else ""
     reused = ", reused profile" if "--profile" in meta["command"] else ""
     threads = re.search(r"--threads[ =](\d+)", meta["command"])
     threads = f", {threads.group(1)} thread(s)" if threads else ""
-    in_situ = re.search(r"--in-situ[ =](refresh|track|interleave)", meta["command"])
-    in_situ = f", in-situ {in_situ.group(1)}" if in_situ else ""
     interval = re.search(r"--interleave-interval[ =]([0-9.]+)", meta["command"])
     in_situ += f" every {interval.group(1)} s" if interval else ""
     prefill_interval = re.search(r"--interleave-prefill-interval[ =]([0-9.]+)", meta["command"])
@@ -52,7 +59,7 @@ def load(folder):
     gate = {"max_drift": meta.get("max_drift", 0.05), "max_floor": meta.get("max_floor", 0.0)}
     floor_gate = f", floor gate {gate['max_floor']:g}" if gate["max_floor"] > 0 else ""
     floor_gate += f", {meta['attempts']} attempts in rounds" if meta.get("spread") else ""
-    return f"{meta['commit']}, {anchor}{placement}{in_situ}{reused}{threads}{loads}{draws}{floor_gate}", rows, gate
+    return f"{meta['commit']}, {modes}{in_situ}{reused}{threads}{loads}{draws}{floor_gate}", rows, gate
 
 
 def score(row):
@@ -71,7 +78,7 @@ def passed(row, gate):
 
 def main(folders):
     runs = [load(f) for f in folders]
-    print("| point | run (commit, `--anchor`) | kept attempt (gate score) | iteration MAPE | "
+    print("| point | run (commit, `--host-drift`) | kept attempt (gate score) | iteration MAPE | "
           "TTFT P50 / P90, replay; predict | TPOT P50 / P90, replay; predict |")
     print("| --- | --- | --- | ---: | ---: | ---: |")
     points = []

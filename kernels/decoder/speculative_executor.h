@@ -46,7 +46,8 @@ class SpeculativeExecutor final : public Executor {
   std::string name() const override;
   void execute(const IterationPlan& plan, IterationResult& result) override;
   void on_request_finished(int64_t request_id) override;
-  const SpeculativeStats* speculative_stats() const override { return &stats_; }
+  // What speculation did so far.
+  const SpeculativeStats* speculative_stats() const { return &stats_; }
 
   DecoderModel& target() { return *target_; }
   DecoderModel& draft() { return *draft_; }

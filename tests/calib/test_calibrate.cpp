@@ -17,12 +17,12 @@
 
 #include "calib/calibrate.h"
 #include "calib/calibration_common.h"
-#include "calib/profile.h"
-#include "calib/profile_model.h"
+#include "sim/cost/profile.h"
+#include "sim/cost/profile_model.h"
 #include "kernels/decoder/device_choice.h"
 #include "sim/errors.h"
 #include "sim/model_spec.h"
-#include "sim/test_support.h"
+#include "support/test_support.h"
 
 using namespace servesim;
 
@@ -141,11 +141,20 @@ TEST_CASE("A quick calibration of a tiny model fills every table with positive t
   for (const auto& line : run.progress) families += line.rfind("[", 0) == 0;
   CHECK(families == 12);
 
-  // The anchor probes describe the device as the tables saw it.
-  REQUIRE(p.anchor.has_value());
-  CHECK(p.anchor->decode_iteration_s > 0);
-  CHECK(p.anchor->gemm_flops_per_s > 0);
-  CHECK(p.anchor->context == grids.decode_context.front());
+  // The whole model's 1-token decode at the smallest context, timed before
+  // each family and at the end, sets the iteration overhead.
+  const nlohmann::json& overhead = p.metadata.at("iteration_overhead");
+  const auto moments = overhead.at("moments_s").get<std::vector<double>>();
+  CHECK(moments.size() == 13);
+  for (double s : moments) CHECK(s > 0);
+  CHECK(overhead.at("measured_s").get<double>() == calibration::median(moments));
+  CHECK(p.iteration_overhead_s ==
+        Approx(std::max(0.0, overhead.at("measured_s").get<double>() - overhead.at("predicted_kernels_s").get<double>())));
+  CHECK(p.metadata.at("settings").at("moments") == 13);
+  // No host-drift machinery unless asked (calibrate --host-drift).
+  CHECK(p.anchor.is_null());
+  CHECK(p.placement_ratios.is_null());
+  CHECK(!p.metadata.contains("anchor_probes"));
 }
 
 TEST_CASE("Calibrated times grow with the work: GEMMs with tokens, decode attention with context") {
@@ -403,26 +412,52 @@ TEST_CASE("A second calibration in the same process works, without keeping the r
   CHECK(p.to_json() == DeviceProfile::from_json(p.to_json(), "in memory").to_json());
 }
 
-TEST_CASE("A full calibration takes the in-situ prefills with every anchor probe and keeps their median") {
+TEST_CASE("A full calibration times the whole model at every moment, and the hooks choose the moments kept") {
   CalibrationOptions o = tiny_options("");
   o.quick = false;
-  o.max_batched_tokens = 32;  // in-situ lengths: 32 only
+  o.max_batched_tokens = 32;  // whole-model prefill lengths: 32 only
   o.max_context = 64;
   o.max_num_seqs = 4;
   o.repetitions = 3;
-  const DeviceProfile p = calibrate(o);
+  // Hooks as calibrate --host-drift installs them: called at every moment,
+  // asked which moments to keep (here the even ones), and at the end.
+  CalibrationHooks hooks;
+  size_t moments_seen = 0, asked = 0;
+  bool finished_complete = false;
+  hooks.at_moment = [&] { ++moments_seen; };
+  hooks.keeps_moment = [&](size_t m) {
+    ++asked;
+    return m % 2 == 0;
+  };
+  hooks.finish = [&](DeviceProfile& profile) {
+    finished_complete = !profile.gemm_qkv.x.empty() && !profile.gemm_factor.x.empty();
+    profile.metadata["by_the_hook"] = true;
+  };
+  const DeviceProfile p = calibrate(o, {}, hooks);
+  CHECK(moments_seen == 13);  // before each of the 12 families and once more at the end
+  CHECK(asked > 0);
+  CHECK(finished_complete);
+  CHECK(p.metadata.at("by_the_hook") == true);
+  auto even = [](const std::vector<double>& v) {
+    std::vector<double> kept;
+    for (size_t m = 0; m < v.size(); m += 2) kept.push_back(v[m]);
+    return kept;
+  };
+  // The iteration overhead from the kept moments' decodes.
+  const nlohmann::json& overhead = p.metadata.at("iteration_overhead");
+  const auto decodes = overhead.at("moments_s").get<std::vector<double>>();
+  REQUIRE(decodes.size() == 13);
+  CHECK(overhead.at("measured_s").get<double>() == calibration::median(even(decodes)));
   const nlohmann::json& situ = p.metadata.at("in_situ_prefills");
   REQUIRE(situ.at("tokens") == nlohmann::json({32}));
-  // Before each of the 12 families and once more at the end, with the probes.
   const auto seconds = situ.at("seconds").at(0).get<std::vector<double>>();
-  REQUIRE(seconds.size() == p.metadata.at("anchor_probes").at("decode_iteration_s").size());
   REQUIRE(seconds.size() == 13);
   for (double s : seconds) CHECK(s > 0);
-  // The factor is the in-situ rule applied to their median.
+  // The factor is the whole-model rule applied to the kept moments' median.
   DeviceProfile expected = p;
-  calibration::set_in_situ(expected, {32}, {calibration::median(seconds)}, p.block_size, {});
-  REQUIRE(p.gemm_in_situ.x == std::vector<double>{32});
-  CHECK(p.gemm_in_situ.factor == expected.gemm_in_situ.factor);
+  calibration::set_gemm_factor(expected, {32}, {calibration::median(even(seconds))}, p.block_size, {});
+  REQUIRE(p.gemm_factor.x == std::vector<double>{32});
+  CHECK(p.gemm_factor.factor == expected.gemm_factor.factor);
 
   // The decode steps too: 1, 2 and 4 sequences (max_num_seqs 4) at each of
   // the 13 moments; the factor is the median over them of measured /
@@ -437,6 +472,6 @@ TEST_CASE("A full calibration takes the in-situ prefills with every anchor probe
     REQUIRE(moment.size() == 3);
     for (double s : moment.get<std::vector<double>>()) CHECK(s > 0);
   }
-  REQUIRE(p.decode_in_situ.x == std::vector<double>{1, 2, 4});
-  for (double f : p.decode_in_situ.factor) CHECK((std::isfinite(f) && f > 0.1 && f < 10));
+  REQUIRE(p.decode_step_factor.x == std::vector<double>{1, 2, 4});
+  for (double f : p.decode_step_factor.factor) CHECK((std::isfinite(f) && f > 0.1 && f < 10));
 }

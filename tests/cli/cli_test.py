@@ -613,40 +613,58 @@ def validate_quick(ctx):
 @case
 def validate_refuses_other_model(ctx):
     # A profile measured for one model shape is refused for another.
+    # The profile is calibrated with --host-drift: it stores the drift probes,
+    # which validate --host-drift report measures again around its run.
     profile = ctx.path("tiny.json")
-    ctx.ok("calibrate", "--quick", "--model", "tiny-15m", "--out", profile)
+    ctx.ok("calibrate", "--quick", "--quiet", "--host-drift", "--model", "tiny-15m", "--threads", "1",
+           "--out", profile)
     expect_input_error(ctx, ["validate", "--model", "small-110m", "--profile", profile,
                              "--out", ctx.path("v")], ["tiny-15m"])
     expect_input_error(ctx, ["simulate", "--model", "small-110m", "--profile", profile], ["tiny-15m"])
+    with open(profile) as f:
+        p = json.load(f)
+    check(p["anchor"]["decode_iteration_s"] > 0, "calibrate --host-drift stored no drift probe")
+    check(len(p["metadata"]["anchor_probes"]["decode_iteration_s"]) == p["metadata"]["settings"]["moments"],
+          "not one drift probe per moment of the calibration")
+    ctx.ok("validate", "--quiet", "--model", "tiny-15m", "--threads", "1", "--profile", profile, "--num-requests",
+           "6", "--rate", "20", "--seed", "2", "--predict-draws", "1", "--host-drift", "report",
+           "--out", ctx.path("report"))
+    with open(os.path.join(ctx.path("report"), "report.json")) as f:
+        h = json.load(f)["host_drift"]
+    check(h["mode"] == "report", f"host_drift.mode {h['mode']!r}")
+    probes = h["drift_probes"]["profiles"]["profile"]
+    check(all(probes[m]["decode_iteration_s"] > 0 for m in ("calibration", "before", "after", "run")),
+          "drift probes missing")
+    check(h["refresh"]["refreshed"] is False, "report mode refreshed the profile")
 
 
 @case
-def placement_flag_errors(ctx):
-    # The threads' placement flags name what is wrong, before anything runs.
-    expect_input_error(ctx, ["validate", "--placement", "sometimes", "--out", ctx.path("v")],
-                       ["--placement", "sometimes"])
-    expect_input_error(ctx, ["calibrate", "--quick", "--placement-seconds", "7200", "--out", ctx.path("p.json")],
-                       ["--placement-seconds", "7200"])
-
-
-@case
-def in_situ_flag_errors(ctx):
-    # --in-situ names what is wrong, and refuses to correct drift twice.
-    expect_input_error(ctx, ["validate", "--in-situ", "sometimes", "--out", ctx.path("v")],
-                       ["--in-situ", "sometimes"])
-    expect_input_error(ctx, ["validate", "--in-situ", "refresh", "--anchor", "apply", "--out", ctx.path("v")],
-                       ["--in-situ refresh", "--anchor apply"])
-    expect_input_error(ctx, ["validate", "--in-situ", "track", "--anchor", "apply", "--out", ctx.path("v")],
-                       ["--in-situ track", "--anchor apply"])
-    expect_input_error(ctx, ["validate", "--in-situ", "interleave", "--anchor", "apply", "--out", ctx.path("v")],
-                       ["--in-situ interleave", "--anchor apply"])
+def host_drift_flag_errors(ctx):
+    # --host-drift names what is wrong, before anything runs; the flags it
+    # replaced say so; the interleave intervals apply with interleave only.
+    expect_input_error(ctx, ["validate", "--host-drift", "sometimes", "--out", ctx.path("v")],
+                       ["--host-drift", "sometimes"])
+    for flag, value in (("--anchor", "apply"), ("--placement", "apply"), ("--in-situ", "interleave")):
+        expect_input_error(ctx, ["validate", flag, value, "--out", ctx.path("v")],
+                           [flag, "--host-drift", "docs/noisy-hosts.md"])
     expect_input_error(ctx, ["validate", "--interleave-interval", "0.1", "--out", ctx.path("v")],
-                       ["--interleave-interval", "--in-situ interleave"])
-    expect_input_error(ctx, ["validate", "--in-situ", "interleave", "--interleave-interval", "0", "--out",
+                       ["--interleave-interval", "--host-drift interleave"])
+    expect_input_error(ctx, ["validate", "--host-drift", "report", "--interleave-prefill-interval", "0.5", "--out",
+                             ctx.path("v")], ["--interleave-prefill-interval", "--host-drift interleave"])
+    expect_input_error(ctx, ["validate", "--host-drift", "interleave", "--interleave-interval", "0", "--out",
                              ctx.path("v")], ["--interleave-interval 0"])
     p = ctx.ok("validate", "--help")
-    for mode in ("track", "interleave"):
-        check("--in-situ" in p.stdout and mode in p.stdout, f"validate --help lacks --in-situ {mode}")
+    for mode in ("off", "report", "interleave"):
+        check("--host-drift" in p.stdout and mode in p.stdout, f"validate --help lacks --host-drift {mode}")
+    check("--in-situ" not in p.stdout and "--anchor" not in p.stdout, "validate --help shows a removed flag")
+    # calibrate: --placement-seconds applies with --host-drift, within range.
+    expect_input_error(ctx, ["calibrate", "--quick", "--placement-seconds", "60", "--out", ctx.path("p.json")],
+                       ["--placement-seconds", "--host-drift"])
+    expect_input_error(ctx, ["calibrate", "--quick", "--host-drift", "--placement-seconds", "7200", "--out",
+                             ctx.path("p.json")], ["--placement-seconds", "7200"])
+    expect_input_error(ctx, ["calibrate", "--device", "cuda", "--host-drift", "--out", ctx.path("p.json")],
+                       ["--host-drift", "cpu"])
+    check(not os.path.exists(ctx.path("p.json")), "a refused calibration wrote its profile")
 
 
 @case

@@ -128,8 +128,7 @@ def validate_cuda_quick(ctx):
     with open(os.path.join(out, "report.json")) as f:
         r = json.load(f)
     check(r["config"]["device"]["kind"] == "cuda", "the real run was not on cuda")
-    check(r["anchor"]["measured"] is False and r["anchor"]["reason"] == "cuda",
-          f"anchor probes on cuda: {r['anchor']}")
+    check(r["host_drift"] == {"mode": "off"}, f"host drift on cuda: {r['host_drift']}")
     check(isinstance(r["iteration_mape"]["all"], (int, float)), "no iteration MAPE")
     with open(os.path.join(out, "profile.json")) as f:
         check(json.load(f)["device"]["kind"] == "cuda", "the quick calibration was not on cuda")

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "kernels/decoder/decoder_model.h"
-#include "kernels/decoder/engine.h"
+#include "engine/decoder_run.h"
 #include "kernels/decoder/host_weights.h"
 #include "sim/model_spec.h"
 #include "tests/cuda/cuda_test_support.h"
@@ -272,7 +272,7 @@ TEST_CASE("The engine serves a workload on --device cuda", "[cuda]") {
   for (const char* policy : {"continuous", "chunked"}) {
     setup.scheduler.policy = parse_scheduler_policy(policy);
     const Workload workload = make_workload(setup.workload);
-    const EngineOutput out = serve(setup, workload);
+    const EngineOutput out = run_engine(setup, workload);
     INFO(policy);
     CHECK(out.device.starts_with("cuda:0"));
     REQUIRE(out.records.requests.size() == 12);
@@ -294,7 +294,7 @@ TEST_CASE("The engine speculates on --device cuda with a self-draft made on the 
   setup.workload.output_len = "uniform:8:20";
   setup.scheduler.num_speculative_tokens = 3;
   setup.speculative.self_draft_layers = 1;
-  const EngineOutput out = serve(setup, make_workload(setup.workload));
+  const EngineOutput out = run_engine(setup, make_workload(setup.workload));
   REQUIRE(out.speculative.has_value());
   CHECK(out.draft_weights_source.find("first 1 layers") != std::string::npos);
   for (const auto& r : out.records.requests) CHECK(r.tokens_emitted == r.output_tokens);

@@ -1,7 +1,7 @@
-"""Unit tests of experiments/decode_jitter/compare.py: the jitter of a burst
-of decode steps against their rolling median, the per-burst statistics, the
-table over rounds, and the whole comparison driven with two stand-in
-binaries that print fixed steps."""
+"""Unit tests of experiments/diagnostics/decode_jitter/compare.py: the jitter
+of a burst of decode steps against their rolling median, the per-burst
+statistics, the table over rounds, and the whole comparison driven with two
+stand-in binaries that print fixed steps."""
 import csv
 import os
 import subprocess
@@ -10,7 +10,7 @@ import tempfile
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-COMPARE = os.path.join(HERE, "..", "..", "experiments", "decode_jitter", "compare.py")
+COMPARE = os.path.join(HERE, "..", "..", "experiments", "diagnostics", "decode_jitter", "compare.py")
 sys.path.insert(0, os.path.dirname(COMPARE))
 import compare  # noqa: E402
 
@@ -119,9 +119,11 @@ class EndToEnd(unittest.TestCase):
             self.assertIn("--batch 1 failed", done.stderr)
 
 
-@unittest.skipUnless(os.environ.get("SERVESIM_DECODE_STEPS"), "SERVESIM_DECODE_STEPS (the built bench) not set")
+@unittest.skipUnless(os.environ.get("SERVESIM_DECODE_STEPS"),
+                     "SERVESIM_DECODE_STEPS (the path of the built servesim_decode_steps) not set")
 class RealDecodeSteps(unittest.TestCase):
-    """servesim_decode_steps itself: the CSV compare.py reads, and bad flags."""
+    """servesim_decode_steps itself (tools/; its path from SERVESIM_DECODE_STEPS):
+    the CSV compare.py reads, and bad flags."""
 
     def run_it(self, *args):
         # One thread: under ctest -j the two cores are shared, and OpenMP

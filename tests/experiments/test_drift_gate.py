@@ -1,5 +1,7 @@
 """Unit tests of experiments/drift_gate.py: the drift of a validate folder
-from its anchor probes, and the rerun-and-keep-the-least-drift rule."""
+from its drift probes (report.json's host_drift, or the top-level keys of a
+report written before --host-drift), and the rerun-and-keep-the-least-drift
+rule."""
 import json
 import os
 import sys
@@ -16,10 +18,11 @@ def probe(decode_s, gemm_flops_per_s):
 
 
 def write_point(folder, calibration, before, after, measured=True, share_in_calibration_placement=None,
-                floor=None):
-    """A validate output folder with report_replay.json's anchor and
-    placement sections (and iteration_mape's noise floor, if given) and one
-    other file (that pruning must delete)."""
+                floor=None, old_keys=False):
+    """A validate output folder with report_replay.json's host_drift
+    (drift_probes and placement; with old_keys, the top-level anchor and
+    placement of a report written before --host-drift), iteration_mape's
+    noise floor if given, and one other file (that pruning must delete)."""
     os.makedirs(os.path.join(folder, "measured"), exist_ok=True)
     anchor = {"measured": measured,
               "profiles": {"profile": {"calibration": probe(*calibration), "before": probe(*before),
@@ -27,7 +30,10 @@ def write_point(folder, calibration, before, after, measured=True, share_in_cali
     placement = {"watched": share_in_calibration_placement is not None,
                  "run_share_in_calibration_placement": share_in_calibration_placement}
     with open(os.path.join(folder, "report_replay.json"), "w") as f:
-        report = {"anchor": anchor, "placement": placement}
+        if old_keys:
+            report = {"anchor": anchor, "placement": placement}
+        else:
+            report = {"host_drift": {"mode": "report", "drift_probes": anchor, "placement": placement, "refresh": {}}}
         if floor is not None:
             report["iteration_mape"] = {"all": floor + 0.01, "floor": floor}
         json.dump(report, f)
@@ -49,22 +55,46 @@ class InScratch(unittest.TestCase):
 class DriftOf(InScratch):
     def test_decode_drift_from_calibration(self):
         write_point(self.point, (0.010, 1e11), (0.0104, 1e11), (0.0095, 1e11))
-        self.assertAlmostEqual(drift_gate.drift_of(self.point, "report"), 0.05)
+        self.assertAlmostEqual(drift_gate.drift_of(self.point), 0.05)
 
     def test_gemm_drift_counts_as_time_per_flop(self):
         # decode steady, GEMM 20% fewer FLOP/s after the run: 1/0.8 - 1 = 25% slower
         write_point(self.point, (0.010, 1e11), (0.010, 1e11), (0.010, 0.8e11))
-        self.assertAlmostEqual(drift_gate.drift_of(self.point, "report"), 0.25)
+        self.assertAlmostEqual(drift_gate.drift_of(self.point), 0.25)
 
-    def test_apply_compares_after_with_before(self):
-        # far from calibration, but steady during the run
-        write_point(self.point, (0.010, 1e11), (0.013, 0.9e11), (0.01313, 0.9e11))
-        self.assertAlmostEqual(drift_gate.drift_of(self.point, "apply"), 0.01)
-        self.assertAlmostEqual(drift_gate.drift_of(self.point, "report"), 0.313)
+    def test_a_report_from_before_host_drift_reads_the_same(self):
+        write_point(self.point, (0.010, 1e11), (0.0104, 1e11), (0.0095, 1e11), share_in_calibration_placement=0.9,
+                    old_keys=True)
+        self.assertAlmostEqual(drift_gate.drift_of(self.point), 0.05)
+        self.assertAlmostEqual(drift_gate.placement_mismatch_of(self.point), 0.1)
+        self.assertAlmostEqual(drift_gate.probes_of(self.point)["after_decode_s"], 0.0095)
+
+    def test_with_host_drift_off_nothing_drifts(self):
+        os.makedirs(self.point)
+        with open(os.path.join(self.point, "report_replay.json"), "w") as f:
+            json.dump({"host_drift": {"mode": "off", "drift_probes": None, "placement": None, "refresh": None},
+                       "iteration_mape": {"all": 0.04, "floor": 0.03}}, f)
+        self.assertEqual((drift_gate.drift_of(self.point), drift_gate.placement_mismatch_of(self.point)), (0.0, 0.0))
+        self.assertIsNone(drift_gate.probes_of(self.point)["before_decode_s"])
+        self.assertAlmostEqual(drift_gate.floor_of(self.point), 0.03)
+
+    def test_a_refresh_gives_the_drift_over_the_run(self):
+        write_point(self.point, (0.010, 1e11), (0.013, 1e11), (0.013, 1e11))
+        path = os.path.join(self.point, "report_replay.json")
+        with open(path) as f:
+            report = json.load(f)
+        report["host_drift"].update(mode="interleave", refresh={"refreshed": True, "drift": {"largest": 0.021}})
+        with open(path, "w") as f:
+            json.dump(report, f)
+        self.assertAlmostEqual(drift_gate.drift_of(self.point), 0.021)  # not the probes' 30%
+        report["host_drift"]["refresh"]["drift"]["largest"] = None  # nothing timed twice in one placement
+        with open(path, "w") as f:
+            json.dump(report, f)
+        self.assertEqual(drift_gate.drift_of(self.point), 0.0)
 
     def test_no_probes_is_no_drift(self):
         write_point(self.point, (0.010, 1e11), (0.02, 1e11), (0.02, 1e11), measured=False)
-        self.assertEqual(drift_gate.drift_of(self.point, "report"), 0.0)
+        self.assertEqual(drift_gate.drift_of(self.point), 0.0)
         self.assertIsNone(drift_gate.probes_of(self.point)["before_decode_s"])
 
 
@@ -75,9 +105,9 @@ class PlacementMismatch(InScratch):
 
     def test_score_is_the_larger_of_drift_and_mismatch(self):
         write_point(self.point, (0.010, 1e11), (0.0102, 1e11), (0.010, 1e11), share_in_calibration_placement=0.9)
-        self.assertAlmostEqual(drift_gate.gate_score(self.point, "report"), 0.1)
+        self.assertAlmostEqual(drift_gate.gate_score(self.point), 0.1)
         write_point(self.point, (0.010, 1e11), (0.0102, 1e11), (0.010, 1e11), share_in_calibration_placement=1.0)
-        self.assertAlmostEqual(drift_gate.gate_score(self.point, "report"), 0.02)
+        self.assertAlmostEqual(drift_gate.gate_score(self.point), 0.02)
 
     def test_not_watched_is_no_mismatch(self):
         write_point(self.point, (0.010, 1e11), (0.010, 1e11), (0.010, 1e11))
@@ -90,23 +120,23 @@ class CostedInItsPlacement(InScratch):
         path = os.path.join(self.point, "report_replay.json")
         with open(path) as f:
             report = json.load(f)
-        probes = report["anchor"]["profiles"]["profile"]
+        probes = report["host_drift"]["drift_probes"]["profiles"]["profile"]
         probes["before"]["core_latency_ns"] = {"before": 200, "after": 210, "placement": before_placement}
         probes["after"]["core_latency_ns"] = {"before": 50, "after": 55, "placement": "near"}
         probes["calibration_in_other_placement"] = dict(probe(0.007, 1e11), placement="far")
-        report["placement"]["run_share_costed_in_its_placement"] = share_costed
+        report["host_drift"]["placement"]["run_share_costed_in_its_placement"] = share_costed
         with open(path, "w") as f:
             json.dump(report, f)
 
     def test_a_probe_in_the_other_placement_is_compared_with_its_expected_value(self):
         self.write("far", 1.0)
         # before: 6.8 ms against 7.0 expected far (-2.9%); after: 10.1 against 10.0 (+1%)
-        self.assertAlmostEqual(drift_gate.drift_of(self.point, "report"), 0.2 / 7.0)
+        self.assertAlmostEqual(drift_gate.drift_of(self.point), 0.2 / 7.0)
         self.assertEqual(drift_gate.placement_mismatch_of(self.point), 0.0)
 
     def test_without_its_placement_the_calibration_is_the_reference(self):
         self.write("unknown", 0.9)
-        self.assertAlmostEqual(drift_gate.drift_of(self.point, "report"), 0.32)
+        self.assertAlmostEqual(drift_gate.drift_of(self.point), 0.32)
         self.assertAlmostEqual(drift_gate.placement_mismatch_of(self.point), 0.1)
 
 
@@ -126,7 +156,7 @@ class ValidateGated(InScratch):
     def test_keeps_the_least_drift_and_prunes_the_rest(self):
         run, calls = self.runner([0.012, 0.0105, 0.013])
         log = []
-        attempt, drift = drift_gate.validate_gated(run, self.point, "report", 0.02, 3, log)
+        attempt, drift = drift_gate.validate_gated(run, self.point, 0.02, 3, log)
         self.assertEqual(len(calls), 3)
         self.assertEqual(attempt, 2)
         self.assertAlmostEqual(drift, 0.05)
@@ -139,7 +169,7 @@ class ValidateGated(InScratch):
 
     def test_stops_at_the_first_attempt_within_the_gate(self):
         run, calls = self.runner([0.012, 0.0101, 0.010])
-        attempt, drift = drift_gate.validate_gated(run, self.point, "report", 0.02, 3, [])
+        attempt, drift = drift_gate.validate_gated(run, self.point, 0.02, 3, [])
         self.assertEqual((len(calls), attempt), (2, 2))
         self.assertAlmostEqual(drift, 0.01)
 
@@ -153,7 +183,7 @@ class ValidateGated(InScratch):
                         share_in_calibration_placement=shares[len(calls)])
             calls.append(out)
         log = []
-        attempt, score = drift_gate.validate_gated(run, self.point, "report", 0.05, 3, log)
+        attempt, score = drift_gate.validate_gated(run, self.point, 0.05, 3, log)
         self.assertEqual((len(calls), attempt, score), (2, 2, 0.0))
         self.assertAlmostEqual(log[0]["placement_mismatch"], 0.4)
         self.assertEqual(log[0]["drift"], 0.0)
@@ -162,7 +192,7 @@ class ValidateGated(InScratch):
         # attempt 1 steady but noisy (floor 6.5%), attempt 2 steady and quiet
         run, calls = self.runner([0.010, 0.0101], [0.065, 0.040])
         log = []
-        attempt, score = drift_gate.validate_gated(run, self.point, "report", 0.05, 3, log, max_floor=0.05)
+        attempt, score = drift_gate.validate_gated(run, self.point, 0.05, 3, log, max_floor=0.05)
         self.assertEqual((len(calls), attempt), (2, 2))
         self.assertAlmostEqual(score, 0.01)
         self.assertAlmostEqual(log[0]["floor"], 0.065)
@@ -171,14 +201,14 @@ class ValidateGated(InScratch):
 
     def test_without_a_floor_bound_the_floor_does_not_gate(self):
         run, calls = self.runner([0.010, 0.0101], [0.065, 0.040])
-        attempt, _ = drift_gate.validate_gated(run, self.point, "report", 0.05, 3, [])
+        attempt, _ = drift_gate.validate_gated(run, self.point, 0.05, 3, [])
         self.assertEqual((len(calls), attempt), (1, 1))
 
     def test_keeps_the_attempt_nearest_to_passing_both_bounds(self):
         # excesses: max(0.06/0.05, 0.03/0.05) = 1.2; max(0.01/0.05, 0.07/0.05) = 1.4; max(0.055/0.05, 0.052/0.05) = 1.1
         run, calls = self.runner([0.0106, 0.0101, 0.01055], [0.03, 0.07, 0.052])
         log = []
-        attempt, score = drift_gate.validate_gated(run, self.point, "report", 0.05, 3, log, max_floor=0.05)
+        attempt, score = drift_gate.validate_gated(run, self.point, 0.05, 3, log, max_floor=0.05)
         self.assertEqual((len(calls), attempt), (3, 3))
         self.assertAlmostEqual(score, 0.055)
         self.assertEqual([round(row["excess"], 6) for row in log], [1.2, 1.4, 1.1])
@@ -187,20 +217,20 @@ class ValidateGated(InScratch):
         # attempt 1 drifted 30% but is quiet: without a drift bound it passes
         run, calls = self.runner([0.013, 0.010], [0.045, 0.030])
         log = []
-        attempt, score = drift_gate.validate_gated(run, self.point, "report", 0.0, 3, log, max_floor=0.05)
+        attempt, score = drift_gate.validate_gated(run, self.point, 0.0, 3, log, max_floor=0.05)
         self.assertEqual((len(calls), attempt), (1, 1))
         self.assertAlmostEqual(score, 0.3)
         self.assertAlmostEqual(log[0]["excess"], 0.9)
 
     def test_a_report_without_a_floor_does_not_pass_a_floor_bound(self):
         run, calls = self.runner([0.010, 0.010], [None, 0.02])
-        attempt, _ = drift_gate.validate_gated(run, self.point, "report", 0.05, 3, [], max_floor=0.05)
+        attempt, _ = drift_gate.validate_gated(run, self.point, 0.05, 3, [], max_floor=0.05)
         self.assertEqual((len(calls), attempt), (2, 2))
         self.assertIsNone(drift_gate.floor_of(f"{self.point}.attempt1"))
 
     def test_without_a_gate_runs_once_into_the_point(self):
         run, calls = self.runner([0.02])
-        attempt, drift = drift_gate.validate_gated(run, self.point, "report", 0.0, 3, [])
+        attempt, drift = drift_gate.validate_gated(run, self.point, 0.0, 3, [])
         self.assertEqual(calls, [self.point])
         self.assertEqual(attempt, 1)
         self.assertAlmostEqual(drift, 1.0)
@@ -223,7 +253,7 @@ class ValidateGatedInRounds(InScratch):
     def test_a_missed_point_is_tried_again_after_every_other_point(self):
         calls, log, rounds = [], [], []
         points = self.points([("a", [0.07, 0.04]), ("b", [0.03]), ("c", [0.08, 0.06, 0.02])], calls)
-        kept = drift_gate.validate_gated_in_rounds(points, "report", 0.0, 3, log, max_floor=0.05,
+        kept = drift_gate.validate_gated_in_rounds(points, 0.0, 3, log, max_floor=0.05,
                                                    on_round=rounds.append)
         # round 1: every point; round 2: a and c (b passed); round 3: c only
         self.assertEqual([(n, os.path.basename(out)) for n, out in calls],
@@ -240,7 +270,7 @@ class ValidateGatedInRounds(InScratch):
     def test_stops_when_every_point_passed_and_keeps_the_nearest_when_none_did(self):
         calls, rounds = [], []
         points = self.points([("a", [0.09, 0.06]), ("b", [0.03])], calls)
-        kept = drift_gate.validate_gated_in_rounds(points, "report", 0.0, 2, [], max_floor=0.05,
+        kept = drift_gate.validate_gated_in_rounds(points, 0.0, 2, [], max_floor=0.05,
                                                    on_round=rounds.append)
         self.assertEqual(len(calls), 3)
         self.assertEqual(rounds, [1, 2])
@@ -248,13 +278,13 @@ class ValidateGatedInRounds(InScratch):
 
         calls, rounds = [], []
         points = self.points([("d", [0.01]), ("e", [0.02])], calls)
-        drift_gate.validate_gated_in_rounds(points, "report", 0.0, 3, [], max_floor=0.05, on_round=rounds.append)
+        drift_gate.validate_gated_in_rounds(points, 0.0, 3, [], max_floor=0.05, on_round=rounds.append)
         self.assertEqual((len(calls), rounds), (2, [1]))
 
     def test_without_a_gate_each_point_runs_once_into_its_folder(self):
         calls = []
         points = self.points([("a", [0.09]), ("b", [0.09])], calls)
-        kept = drift_gate.validate_gated_in_rounds(points, "report", 0.0, 3, [])
+        kept = drift_gate.validate_gated_in_rounds(points, 0.0, 3, [])
         self.assertEqual([out for _, out in calls], [p for p, _ in points])
         self.assertEqual([kept[p][0] for p, _ in points], [1, 1])
 

@@ -1,8 +1,9 @@
 """Unit tests of the CPU validation study's tables:
-experiments/validation_cpu/level_by_kind.py (each kind of iteration with
+experiments/validation_cpu/runs_table.py (which kept attempts passed their
+run's gate, and how each run is labelled), and of the diagnostics in
+experiments/diagnostics/: level_by_kind.py (each kind of iteration with
 and without each tracked level), prefill_level_moment.py (the prefill
 level read at an iteration's start, over its span, or blended),
-runs_table.py (which kept attempts passed their run's gate),
 light_sample_size.py (how many requests a light point needs),
 floor_bands.py (MAPE and targets met by noise floor) and
 prefill_after_idle.py (prefills by the idle gap before them)."""
@@ -14,7 +15,9 @@ import sys
 import tempfile
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "experiments", "validation_cpu"))
+EXPERIMENTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "experiments")
+sys.path.insert(0, os.path.join(EXPERIMENTS, "validation_cpu"))
+sys.path.insert(0, os.path.join(EXPERIMENTS, "diagnostics"))
 import floor_bands  # noqa: E402
 import level_by_kind  # noqa: E402
 import light_sample_size  # noqa: E402
@@ -35,9 +38,21 @@ def probe(t, ratio, level):
     return {"time_s": t, "measured_over_predicted": ratio, "level": level}
 
 
+def write_tracked(point, tracked, old_keys=False):
+    """report_replay.json with the interleave timings `tracked` where validate
+    writes them (host_drift.refresh.tracked), or with old_keys where it wrote
+    them before --host-drift (in_situ.tracked)."""
+    refresh = {"refreshed": True, "tracked": tracked} if tracked is not None else {"refreshed": True}
+    report = ({"in_situ": refresh} if old_keys else
+              {"host_drift": {"mode": "interleave", "drift_probes": {}, "placement": {}, "refresh": refresh}})
+    with open(os.path.join(point, "report_replay.json"), "w") as f:
+        json.dump(report, f)
+
+
 class LevelByKind(unittest.TestCase):
     """One interleave point: prefill timings 1 s apart, the third 1.3x slow;
     the run applied the median over 5 (1.0 everywhere)."""
+    old_keys = False
 
     def setUp(self):
         self.tmp = tempfile.TemporaryDirectory()
@@ -46,8 +61,7 @@ class LevelByKind(unittest.TestCase):
         tracked = {"basis": "refresh", "levelled": ["decode", "prefill and mixed"],
                    "probes": [probe(0.0, 1.0, 1.0), probe(4.0, 1.0, 1.0)],
                    "prefill_probes": [probe(float(t), r, 1.0) for t, r in enumerate([1.0, 1.0, 1.3, 1.0, 1.0])]}
-        with open(os.path.join(self.point, "report_replay.json"), "w") as f:
-            json.dump({"in_situ": {"tracked": tracked}}, f)
+        write_tracked(self.point, tracked, self.old_keys)
         # (kind, start, predicted as the run applied it, measured)
         its = [("prefill", 0.5, 0.100, 0.100), ("decode", 1.0, 0.020, 0.020), ("prefill", 2.0, 0.100, 0.130)]
         write_csv(os.path.join(self.point, "iterations.csv"),
@@ -88,9 +102,12 @@ class LevelByKind(unittest.TestCase):
         self.assertAlmostEqual(errors["prefill"]["prefill level"][1], 0.100 / 0.130 - 1)
 
     def test_a_folder_without_interleave_timings_is_skipped(self):
-        with open(os.path.join(self.point, "report_replay.json"), "w") as f:
-            json.dump({"in_situ": {}}, f)
+        write_tracked(self.point, None, self.old_keys)
         self.assertEqual(level_by_kind.errors_by_kind([self.point])[1], 0)
+        with open(os.path.join(self.point, "report_replay.json"), "w") as f:  # --host-drift off
+            json.dump({"host_drift": {"mode": "off", "drift_probes": None, "placement": None, "refresh": None}}, f)
+        self.assertEqual(level_by_kind.errors_by_kind([self.point])[1], 0)
+        self.assertEqual(prefill_level_moment.iterations_with_levels(self.point), [])
 
     def test_prefill_level_read_at_start_over_span_and_blended(self):
         records = prefill_level_moment.iterations_with_levels(self.point)
@@ -110,9 +127,13 @@ class LevelByKind(unittest.TestCase):
         # log(measured / bare) against log(level): (0, 0) and (log 1.3, log 1.3).
         self.assertAlmostEqual(slope, 1.0)
         # A folder without prefill timings gives nothing.
-        with open(os.path.join(self.point, "report_replay.json"), "w") as f:
-            json.dump({"in_situ": {"tracked": {"basis": "refresh", "probes": []}}}, f)
+        write_tracked(self.point, {"basis": "refresh", "probes": []}, self.old_keys)
         self.assertEqual(prefill_level_moment.iterations_with_levels(self.point), [])
+
+
+class LevelByKindFromBeforeHostDrift(LevelByKind):
+    """The same, from reports written before --host-drift (in_situ.tracked)."""
+    old_keys = True
 
 
 class RunsTableCommandLine(unittest.TestCase):
@@ -131,7 +152,16 @@ class RunsTableGate(unittest.TestCase):
     def row(self, score, floor):
         return {"gate_score": score, "iteration_mape_floor": floor}
 
-    def test_the_label_names_the_timing_intervals(self):
+    def test_the_label_names_host_drift_and_the_timing_intervals(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            with open(os.path.join(tmp, "metadata.json"), "w") as f:
+                json.dump({"command": "run.py --host-drift interleave --validate-args --interleave-interval 0.05",
+                           "commit": "abc1234", "max_drift": 0.0, "max_floor": 0.045}, f)
+            write_csv(os.path.join(tmp, "summary.csv"), [{"scheduler": "chunked", "mode": "replay"}])
+            label = runs_table.load(tmp)[0]
+        self.assertEqual(label, "abc1234, host-drift interleave every 0.05 s, floor gate 0.045")
+
+    def test_a_run_from_before_host_drift_keeps_its_flags_in_the_label(self):
         with tempfile.TemporaryDirectory() as tmp:
             with open(os.path.join(tmp, "metadata.json"), "w") as f:
                 json.dump({"command": "run.py --in-situ interleave --validate-args --interleave-interval 0.05 "

@@ -23,7 +23,7 @@
 #include "kernels/decoder/decoder_model.h"
 #include "kernels/decoder/host_weights.h"
 #include "sim/model_spec.h"
-#include "sim/test_support.h"
+#include "support/test_support.h"
 
 using namespace servesim;
 

@@ -13,7 +13,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "sim/test_support.h"
+#include "support/test_support.h"
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 

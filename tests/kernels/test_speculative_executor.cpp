@@ -12,7 +12,7 @@
 
 #include "kernels/decoder/decoder_executor.h"
 #include "kernels/decoder/speculative_executor.h"
-#include "test_speculative_support.h"
+#include "support/speculative_support.h"
 
 using namespace servesim;
 using namespace servesim::spec_test;
@@ -256,7 +256,7 @@ TEST_CASE("speculative executor: rejection sampling emits tokens the target's sa
   }
 }
 
-TEST_CASE("decoder: a sequence may sample its last n rows; the logits come back in position order",
+TEST_CASE("decoder: a sequence may sample its last n rows, the logits come back in position order",
           "[speculative][decoder]") {
   const ModelSpec spec = target_spec();
   const int64_t V = spec.vocab_size;

@@ -22,7 +22,7 @@
 #include "kernels/decoder/safetensors.h"
 #include "sim/errors.h"
 #include "sim/model_spec.h"
-#include "sim/test_support.h"
+#include "support/test_support.h"
 
 using namespace servesim;
 using servesim::test::input_error_of;

@@ -8,7 +8,7 @@
 #include "sim/errors.h"
 #include "sim/hardware_spec.h"
 
-#include "test_support.h"
+#include "support/test_support.h"
 
 using servesim::hardware_presets;
 using servesim::HardwareSpec;

@@ -10,7 +10,7 @@
 #include "sim/errors.h"
 #include "sim/model_spec.h"
 
-#include "test_support.h"
+#include "support/test_support.h"
 
 using servesim::InputError;
 using servesim::ModelSpec;

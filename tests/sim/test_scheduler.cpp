@@ -18,7 +18,7 @@
 #include "sim/request.h"
 #include "sim/scheduler.h"
 
-#include "test_support.h"
+#include "support/test_support.h"
 
 using servesim::InputError;
 using servesim::IterationPlan;
@@ -222,7 +222,7 @@ class Driver final : public SchedulerListener {
 
 }  // namespace
 
-TEST_CASE("Scheduler policy names round-trip; unknown names are input errors", "[scheduler]") {
+TEST_CASE("Scheduler policy names round-trip, unknown names are input errors", "[scheduler]") {
   for (auto p : {SchedulerPolicy::Static, SchedulerPolicy::Continuous, SchedulerPolicy::Chunked})
     CHECK(servesim::parse_scheduler_policy(servesim::to_string(p)) == p);
   CHECK_THROWS_AS(servesim::parse_scheduler_policy("fcfs"), InputError);

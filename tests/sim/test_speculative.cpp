@@ -18,10 +18,11 @@
 #include "sim/draft_passes.h"
 #include "sim/kv_capacity.h"
 #include "sim/random.h"
-#include "sim/speculative_cost.h"
+#include "sim/cost/simulated_executor.h"
+#include "sim/cost/speculative_cost.h"
 #include "sim/speculative_stats.h"
 
-#include "test_support.h"
+#include "support/test_support.h"
 
 namespace servesim {
 namespace {
@@ -107,7 +108,7 @@ class SpecDriver final : public SchedulerListener {
   int64_t full_steps = 0;
 };
 
-TEST_CASE("Speculative decodes ask for k'+1 tokens within every limit; rejected drafts give their blocks back",
+TEST_CASE("Speculative decodes ask for k'+1 tokens within every limit, rejected drafts give their blocks back",
           "[speculative][scheduler]") {
   for (SchedulerPolicy policy : {SchedulerPolicy::Static, SchedulerPolicy::Continuous, SchedulerPolicy::Chunked}) {
     for (int32_t k : {1, 3, 7}) {
@@ -277,7 +278,7 @@ TEST_CASE("Curve and histogram acceptance follow their conditional rates", "[spe
   CHECK(input_error_of([] { AcceptanceModel::histogram({0, 0}, "h"); }).find("no steps") != std::string::npos);
 }
 
-TEST_CASE("Histogram files: a run's summary.json or a CSV; malformed ones are named", "[speculative][acceptance]") {
+TEST_CASE("Histogram files: a run's summary.json or a CSV, malformed ones are named", "[speculative][acceptance]") {
   test::TempDir dir("speculative");
   auto file = [&](const char* name) { return (dir.path() / name).string(); };
   const std::string json_path = file("summary.json");
@@ -337,15 +338,17 @@ TEST_CASE("Beta acceptance: rates vary by request, steps follow E[a^j]", "[specu
 }
 
 // Every pass costs the same, whatever it holds.
-class PassCost final : public Executor {
+// A cost model whose every pass takes `seconds`, counting them.
+class PassCost final : public CostModel {
  public:
   explicit PassCost(double seconds) : seconds_(seconds) {}
   std::string name() const override { return "pass-cost"; }
-  void execute(const IterationPlan&, IterationResult& result) override {
-    result.duration_s = seconds_;
+  double seconds(const IterationPlan&) const override {
     ++passes;
+    return seconds_;
   }
-  int64_t passes = 0;
+  nlohmann::json describe() const override { return {{"executor", "pass-cost"}}; }
+  mutable int64_t passes = 0;
 
  private:
   double seconds_;
@@ -357,18 +360,24 @@ TEST_CASE("Batch-1 walltime speed-up = (1 - a^(k+1)) / ((1 - a)(k c + 1))", "[sp
   Workload w;
   w.requests = {request(0, 0.0, 16, output)};
   SchedulerConfig plain = scheduler_config(SchedulerPolicy::Continuous, 1, 40000, 16, 4096, 40000, 0.0);
-  PassCost baseline_target(1.0);
-  const RunRecords base = test::run(plain, baseline_target, w, true);
+  const PassCost baseline_target(1.0);
+  VirtualClock base_clock;
+  SimulatedExecutor baseline(baseline_target, base_clock);
+  Scheduler base_scheduler(plain);
+  const RunRecords base = run_serving_loop(base_scheduler, baseline, base_clock, w);
   const double base_decode_s = base.requests[0].finish_s - base.requests[0].first_token_s;
 
   for (double a : {0.6, 0.8}) {
     for (int32_t k : {2, 5}) {
       const double c = 0.1;
-      PassCost target(1.0), draft(c);
-      SpeculativeCostModel model(target, draft, AcceptanceModel::independent(a), k, 42);
+      const PassCost target(1.0), draft(c);
+      VirtualClock clock;
+      SimulatedExecutor model(target, clock);
+      model.speculate(draft, AcceptanceModel::independent(a), k, 42);
       SchedulerConfig spec = plain;
       spec.num_speculative_tokens = k;
-      const RunRecords rec = test::run(spec, model, w, true);
+      Scheduler scheduler(spec);
+      const RunRecords rec = run_serving_loop(scheduler, model, clock, w);
       REQUIRE(rec.requests[0].completed());
       REQUIRE(rec.requests[0].tokens_emitted == output);
       const double decode_s = rec.requests[0].finish_s - rec.requests[0].first_token_s;
@@ -388,21 +397,36 @@ TEST_CASE("Batch-1 walltime speed-up = (1 - a^(k+1)) / ((1 - a)(k c + 1))", "[sp
   }
 }
 
-TEST_CASE("Replaying given acceptance reproduces its emissions and costs", "[speculative][cost]") {
-  PassCost target(1.0), draft(0.25);
-  SpeculativeCostModel model(target, draft, AcceptanceModel::independent(0.5), 3, 1);
+TEST_CASE("A speculative iteration costs its draft passes and one verification, the draft cache follows acceptance",
+          "[speculative][cost]") {
+  const PassCost target(1.0), draft(0.25);
+  const SpeculativeCost cost(target, draft);
   const std::vector<int32_t> blocks = {0, 1, 2};
   IterationPlan plan;
   plan.add(ScheduledSequence{.request_id = 7, .num_query_tokens = 4, .num_cached_tokens = 20, .is_prefill = false,
                              .samples = true, .num_sample_rows = 4, .block_table = blocks});
   plan.add(ScheduledSequence{.request_id = 8, .num_query_tokens = 12, .num_cached_tokens = 0, .is_prefill = true,
                              .samples = true, .num_sample_rows = 1, .block_table = blocks});
-  IterationResult r;
-  const std::vector<int32_t> accepted = {2, 0};
-  model.execute_with_accepted(plan, accepted, r);
-  CHECK(r.emitted_tokens == std::vector<int32_t>{3, 1});
-  CHECK(r.duration_s == Approx(3 * 0.25 + 1.0));  // three draft passes, one verification
-  CHECK(model.speculative_stats()->accepts_per_position() == std::vector<int64_t>{1, 1, 0});
+  DraftCacheState cache;
+  std::vector<int32_t> draft_cached;
+  cache.lookup(plan, draft_cached);
+  CHECK(draft_cached == std::vector<int32_t>{20, 0});  // not seen yet: the target's
+  const SpeculativeCost::Seconds s = cost.seconds(plan, draft_cached);
+  CHECK(s.draft == Approx(3 * 0.25));            // three draft passes
+  CHECK(s.total == Approx(3 * 0.25 + 1.0));      // and one verification
+  // Accepting 2 of 3 drafts leaves c + min(k', a + 1) tokens in the draft's cache.
+  cache.advance(plan.sequences[0], 2);
+  cache.advance(plan.sequences[1], 0);
+  cache.lookup(plan, draft_cached);
+  CHECK(draft_cached == std::vector<int32_t>{20, 0});  // capped at the target's cached tokens
+  IterationPlan next;
+  next.add(ScheduledSequence{.request_id = 7, .num_query_tokens = 1, .num_cached_tokens = 24, .is_prefill = false,
+                             .samples = true, .num_sample_rows = 1, .block_table = blocks});
+  cache.lookup(next, draft_cached);
+  CHECK(draft_cached == std::vector<int32_t>{23});
+  cache.forget(7);
+  cache.lookup(next, draft_cached);
+  CHECK(draft_cached == std::vector<int32_t>{24});
 }
 
 TEST_CASE("The KV capacity rule makes room for the draft's weights and KV", "[speculative][kv]") {

@@ -9,7 +9,7 @@
 #include "sim/errors.h"
 #include "sim/trace_reader.h"
 
-#include "test_support.h"
+#include "support/test_support.h"
 
 using servesim::InputError;
 using servesim::read_trace;

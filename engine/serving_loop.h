@@ -1,0 +1,60 @@
+// The one serving loop: arrivals -> scheduler -> plan -> executor -> clock
+// -> metrics. The same loop serves a simulation (virtual clock, a cost
+// model's executor), a real run (wall clock, the decoder) and a validation
+// (a real run with observers attached); they differ only in the executor,
+// the clock and the observers.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "sim/clock.h"
+#include "sim/executor.h"
+#include "sim/metrics.h"
+#include "sim/scheduler.h"
+#include "sim/workload.h"
+
+namespace servesim {
+
+struct RunProgress {
+  int64_t finished = 0;  // completed + rejected
+  int64_t total = 0;
+  int64_t iterations = 0;
+  double clock_s = 0;
+};
+
+// What a caller watches of a run, without taking part in it: a validation
+// records every plan, a drift probe times the machine between iterations.
+// Every call happens on the loop's thread, in time order.
+class LoopObserver {
+ public:
+  virtual ~LoopObserver() = default;
+  // The executor is about to run `plan` (scheduled, not yet timed).
+  virtual void before_execute(const IterationPlan& plan) { (void)plan; }
+  // An iteration is over and its requests' progress recorded, before the
+  // next arrivals are taken in: its plan, what the executor reported and
+  // the iteration's record.
+  virtual void after_iteration(const IterationPlan& plan, const IterationResult& result,
+                               const IterationRecord& record) {
+    (void)plan, (void)result, (void)record;
+  }
+  // No request is in the engine and the next one (open loop) arrives at
+  // `until_s` on the clock (now `now_s`); called before waiting for it.
+  virtual void on_idle(double now_s, double until_s) { (void)now_s, (void)until_s; }
+};
+
+struct LoopOptions {
+  // Called about once a second of wall time while the run goes on.
+  std::function<void(const RunProgress&)> progress;
+  // Keep a record of every iteration (iterations.csv).
+  bool keep_iterations = true;
+  std::vector<LoopObserver*> observers;
+};
+
+// Serves every request of `workload` with `scheduler` (fresh), `executor`
+// and `clock`, and returns what happened.
+RunRecords run_serving_loop(Scheduler& scheduler, Executor& executor, Clock& clock, const Workload& workload,
+                            const LoopOptions& options = {});
+
+}  // namespace servesim

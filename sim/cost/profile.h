@@ -1,0 +1,105 @@
+// A device profile: what the calibration microbenchmarks measured for one
+// model shape on one device, and the file that carries it (JSON).
+//
+// Every table holds seconds for ONE layer (or one iteration, for the LM head,
+// sampling and overhead), medians of repeated runs of the decoder's own
+// kernels. The ProfileModel (sim/cost/profile_model.h) composes iteration
+// times from them.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "sim/cost/attention_fit.h"
+#include "sim/model_spec.h"
+
+namespace servesim {
+
+// Time of an operator against one size (token count, rows, ...), on a grid.
+struct Curve {
+  std::vector<double> x;        // ascending, > 0
+  std::vector<double> seconds;  // same length, > 0
+};
+
+// A 2-D grid of measurements: seconds[i][j] at (x[i], y[j]).
+struct Grid2D {
+  std::vector<double> x, y;
+  std::vector<std::vector<double>> seconds;
+};
+
+struct DeviceProfile {
+  static constexpr const char* kFormat = "servesim-profile/1";
+
+  // Identity.
+  std::string device_kind;         // "cpu" | "cuda"
+  std::string device_description;  // "AMD EPYC ... (2 threads)"
+  int threads = 0;
+  std::string dtype = "fp32";      // what the kernels computed in
+  int32_t block_size = 16;         // KV block size the attention was timed with
+  ModelSpec model;                 // the shape the kernels were timed for (name kept for humans)
+
+  // Per layer, against the batch's token count M.
+  Curve gemm_qkv, gemm_o, gemm_gate_up, gemm_down;
+  Curve elementwise;  // two RMSNorms, rotary + KV write, SwiGLU, residual adds
+  // Per iteration, against the sampling rows S: final norm + LM head GEMM + sampling.
+  Curve lm_head;
+  Curve sampling;
+  // Per layer: one sequence's prefill chunk, x = query tokens, y = cached tokens.
+  Grid2D prefill_attention;
+  // Per layer: a decode batch, x = sequences, y = context length of each.
+  Grid2D decode_attention;
+  // Host-side cost of an iteration (layout, launches, bookkeeping): a minimal
+  // plan's measured time minus its kernels' predicted time.
+  double iteration_overhead_s = 0;
+  // The whole-model factors: how whole forward passes measured through the
+  // real executor compare with what the kernel tables predict for them
+  // (sim/cost/profile_model.h says how they are applied; JSON keys
+  // "gemm_in_situ" and "decode_in_situ"). Empty curves mean factor 1.
+  struct FactorCurve {
+    std::vector<double> x, factor;  // x ascending and > 0, factor > 0 at each
+  };
+  // f(T): whole-model prefills of T tokens, their GEMM and elementwise part
+  // over the tables'.
+  FactorCurve gemm_factor;
+  // g(B): whole decode steps of B sequences (each one new token, sampled)
+  // over what the tables, f and the overhead predict for them. A GPU that
+  // replays such steps from a CUDA graph runs its kernels back to back, with
+  // none of the launch and ramp time each pays when timed alone.
+  FactorCurve decode_step_factor;
+
+  // The attention tables' fits (sim/cost/attention_fit.h), as computed when
+  // the profile was written; a ProfileModel uses them where they agree with
+  // a fit of the tables it holds, and fits the tables itself otherwise.
+  std::optional<AttentionFit> prefill_fit, decode_fit;
+
+  // Ceilings measured in the same run.
+  double stream_copy_bytes_per_s = 0;
+  double stream_triad_bytes_per_s = 0;
+  double gemm_flops_per_s = 0;
+  // What validate/host_drift/ measured at calibration (the drift probes as
+  // "anchor", the placement ratios), kept as the JSON it wrote and read
+  // only by it; null when the calibration did not look (the default).
+  nlohmann::json anchor, placement_ratios;
+
+  // Provenance: date, commit, compiler, library versions, settings (quick?).
+  nlohmann::json metadata = nlohmann::json::object();
+  std::string raw_benchmarks_file;  // Google Benchmark JSON beside the profile
+
+  // Throws InputError naming the file and field for a malformed profile.
+  static DeviceProfile load(const std::string& path);
+  void save(const std::string& path) const;
+  nlohmann::json to_json() const;
+  static DeviceProfile from_json(const nlohmann::json& j, const std::string& source);
+
+  // True when `m` has the same shape (d, I, L, H, Hkv, dh, V, tied, bias) as
+  // the profiled model; require_matches throws InputError listing the
+  // differing fields, naming the profile file.
+  bool matches(const ModelSpec& m) const;
+  void require_matches(const ModelSpec& m, const std::string& source) const;
+};
+
+}  // namespace servesim

@@ -1,0 +1,99 @@
+#include "sim/cost/roofline_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "sim/errors.h"
+
+namespace servesim {
+
+void RooflineOptions::validate() const {
+  if (!(compute_efficiency > 0 && compute_efficiency <= 1))
+    throw InputError(fmt::format("--compute-efficiency must be in (0, 1] (got {})", compute_efficiency));
+  if (!(memory_efficiency > 0 && memory_efficiency <= 1))
+    throw InputError(fmt::format("--memory-efficiency must be in (0, 1] (got {})", memory_efficiency));
+  if (!(iteration_overhead_s >= 0) || !std::isfinite(iteration_overhead_s))
+    throw InputError(fmt::format("--iteration-overhead must be >= 0 (got {})", iteration_overhead_s));
+}
+
+RooflineModel::RooflineModel(const ModelSpec& model, const HardwareSpec& hardware,
+                             const RooflineOptions& options)
+    : model_(model), hardware_(hardware), options_(options) {
+  options_.validate();
+  hardware_.validate(hardware_.name);
+  flops_per_s_ = hardware_.bf16_flops * options_.compute_efficiency;
+  bytes_per_s_ = hardware_.memory_bandwidth * options_.memory_efficiency;
+}
+
+double RooflineModel::op_time(double flops, double bytes) const {
+  return std::max(flops / flops_per_s_, bytes / bytes_per_s_);
+}
+
+RooflineBreakdown RooflineModel::breakdown(const IterationPlan& plan) const {
+  const double d = double(model_.hidden_size), I = double(model_.intermediate_size);
+  const double H = double(model_.num_attention_heads), Hkv = double(model_.num_key_value_heads);
+  const double dh = double(model_.head_dim), V = double(model_.vocab_size);
+  const double L = double(model_.num_hidden_layers), b = double(model_.dtype_bytes());
+  const double T = double(plan.num_tokens());           // query tokens in the batch
+  const double S = double(plan.num_sample_rows);  // rows that go through the LM head
+  const double q_out = H * dh, kv_out = Hkv * dh, qkv_out = q_out + 2 * kv_out;
+
+  // GEMM [T, K] x [K, N]: 2*T*K*N FLOPs; bytes = weights K*N + input T*K +
+  // output T*N, each read or written once (weights dominate at small T).
+  auto gemm = [&](double K, double N) { return op_time(2 * T * K * N, b * (K * N + T * K + T * N)); };
+
+  RooflineBreakdown out;
+  out.qkv_proj = L * gemm(d, qkv_out);
+  out.o_proj = L * gemm(q_out, d);
+  out.gate_up_proj = L * gemm(d, 2 * I);
+  out.down_proj = L * gemm(I, d);
+
+  // Attention of one sequence with q new tokens over c cached ones: query i
+  // (0-based) sees c + i + 1 keys, so q*c + q(q+1)/2 query-key pairs, each 2
+  // FLOPs for QK^T and 2 for PV per head dimension: 4*H*dh*pairs. Memory: K
+  // and V of all c + q tokens read once (FlashAttention streams them), the
+  // new K and V written to the cache, Q read and O written.
+  double pf_flops = 0, pf_bytes = 0, dc_flops = 0, dc_bytes = 0;
+  for (const ScheduledSequence& s : plan.sequences) {
+    const double q = s.num_query_tokens, c = s.num_cached_tokens;
+    const double pairs = q * c + q * (q + 1) / 2;
+    const double flops = 4 * H * dh * pairs;
+    const double bytes = b * ((c + q) * 2 * kv_out + q * 2 * kv_out + 2 * q * q_out);
+    if (s.is_prefill) {
+      pf_flops += flops;
+      pf_bytes += bytes;
+    } else {
+      dc_flops += flops;
+      dc_bytes += bytes;
+    }
+  }
+  // Prefill and decode sequences run as two attention kernels per layer.
+  if (pf_flops > 0) out.prefill_attention = L * op_time(pf_flops, pf_bytes);
+  if (dc_flops > 0) out.decode_attention = L * op_time(dc_flops, dc_bytes);
+
+  // Memory-bound elementwise work per layer, bytes read + written per token:
+  // two RMSNorms 2*2d, rotary on q and k 2*(q_out + kv_out), two residual
+  // adds 2*3d, SwiGLU silu(gate)*up 3I. Plus the embedding gather 2d once.
+  const double per_token_layer = 4 * d + 2 * (q_out + kv_out) + 6 * d + 3 * I;
+  out.elementwise = op_time(0, b * T * (L * per_token_layer + 2 * d));
+
+  // Final RMSNorm and LM head on the sampling rows only; fp32 logits written
+  // by the GEMM and read again by the sampler.
+  if (S > 0) {
+    out.lm_head = op_time(2 * S * d * V, b * (V * d + 2 * S * d) + 4.0 * S * V) +
+                  op_time(0, 4.0 * S * V);
+  }
+  out.overhead = options_.iteration_overhead_s;
+  return out;
+}
+
+nlohmann::json RooflineModel::describe() const {
+  return {{"executor", "roofline"},
+          {"compute_efficiency", options_.compute_efficiency},
+          {"memory_efficiency", options_.memory_efficiency},
+          {"iteration_overhead_s", options_.iteration_overhead_s}};
+}
+
+}  // namespace servesim

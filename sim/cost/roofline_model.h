@@ -1,0 +1,65 @@
+// The roofline cost model: predicts an iteration's time from datasheet
+// numbers, with no calibration (what-if for hardware you do not have).
+//
+// Each operator costs max(FLOPs / (peak x compute_efficiency),
+//                          bytes / (bandwidth x memory_efficiency))
+// (Williams, Waterman & Patterson, "Roofline", CACM 2009), operators run one
+// after another, and the iteration adds a fixed overhead. Per-operator
+// roofline as in LLMCompass and Vidur's analytical fallback.
+#pragma once
+
+#include "sim/cost/cost_model.h"
+#include "sim/hardware_spec.h"
+#include "sim/model_spec.h"
+
+namespace servesim {
+
+struct RooflineOptions {
+  // Fraction of dense bf16 peak that large GEMMs reach (docs/cost-models.md
+  // gives the figures this default comes from).
+  double compute_efficiency = 0.70;
+  // Fraction of datasheet bandwidth that streaming kernels reach.
+  double memory_efficiency = 0.85;
+  // Host-side scheduling, launch and sampling synchronisation per iteration:
+  // an assumption for a CUDA-graph engine, to be replaced by a calibrated
+  // profile.
+  double iteration_overhead_s = 200e-6;
+
+  void validate() const;  // InputError naming the flag
+};
+
+// Seconds spent in each operator class for one iteration (summed over layers).
+struct RooflineBreakdown {
+  double qkv_proj = 0, o_proj = 0, gate_up_proj = 0, down_proj = 0;
+  double prefill_attention = 0, decode_attention = 0;
+  double elementwise = 0;  // norms, rotary, SwiGLU, residual adds, embedding
+  double lm_head = 0;      // final norm, LM head and sampling of sampling sequences
+  double overhead = 0;
+  double total() const {
+    return qkv_proj + o_proj + gate_up_proj + down_proj + prefill_attention + decode_attention +
+           elementwise + lm_head + overhead;
+  }
+};
+
+class RooflineModel final : public CostModel {
+ public:
+  RooflineModel(const ModelSpec& model, const HardwareSpec& hardware, const RooflineOptions& options);
+
+  std::string name() const override { return "roofline"; }
+  double seconds(const IterationPlan& plan) const override { return breakdown(plan).total(); }
+  // {executor: "roofline", compute_efficiency, memory_efficiency, iteration_overhead_s}.
+  nlohmann::json describe() const override;
+  RooflineBreakdown breakdown(const IterationPlan& plan) const;
+
+  // One operator's time under the roofline.
+  double op_time(double flops, double bytes) const;
+
+ private:
+  ModelSpec model_;
+  HardwareSpec hardware_;
+  RooflineOptions options_;
+  double flops_per_s_;  // peak x compute efficiency
+  double bytes_per_s_;  // bandwidth x memory efficiency
+};
+
+}  // namespace servesim
