@@ -4,7 +4,7 @@ PRESET ?= release
 BUILD_DIR := build/$(PRESET)
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps configure build run test bench debug-test clean
+.PHONY: all deps configure build build-servesim run test bench debug-test clean
 
 all: build
 
@@ -17,9 +17,14 @@ configure:
 build: configure
 	@cmake --build --preset $(PRESET) -j $(JOBS)
 
+# The servesim binary and what it links, nothing else (no tests, benchmarks
+# or tools).
+build-servesim: configure
+	@cmake --build --preset $(PRESET) -j $(JOBS) --target servesim
+
 # The main job on built-in defaults: Llama-3.1-8B on an H200 datasheet,
 # chunked prefill, 1000 Poisson requests at 10 req/s.
-run: deps build
+run: deps build-servesim
 	$(BUILD_DIR)/cli/servesim simulate --out runs/default
 
 test: deps build

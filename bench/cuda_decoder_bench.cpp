@@ -156,8 +156,8 @@ int main(int argc, char** argv) try {
   };
 
   // Decode at batch 1 after a prompt of --context tokens (and --pause-ms
-  // of idle time: on the H200 these steps ran 3% slower than the engine's
-  // served ones, and the ceilings' GEMMs just before them are one suspect).
+  // of idle time: right after the ceilings' GEMMs these steps ran slower
+  // than the engine's served ones, docs/cuda.md).
   std::this_thread::sleep_for(std::chrono::milliseconds(o.pause_ms));
   const std::vector<int32_t> decode_table = blocks(0, decode_blocks);
   std::vector<int32_t> tokens = prompt(o.context, spec.vocab_size);

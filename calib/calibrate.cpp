@@ -324,6 +324,7 @@ DeviceProfile calibrate(const CalibrationOptions& options, std::function<void(co
       {"decode_attention", "x = sequences b (one query token each), y = context length L = cached tokens c + 1"},
       {"elementwise", "2 RMSNorms, rotary + KV write, SwiGLU; residual adds are inside gemm_o and gemm_down"},
       {"sampling", "copying the [S, V] logits to the host vector and choosing a token per row"}};
+  calibration::store_attention_fits(p);
   if (hooks.finish) hooks.finish(p);
   const double wall = seconds_since(started);
   m["settings"]["wall_time_s"] = wall;

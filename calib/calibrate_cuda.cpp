@@ -19,7 +19,7 @@
 
 #include "calib/calibration_common.h"
 #include "calib/cuda_ceilings.h"
-#include "calib/cuda_rig.h"
+#include "calib/cuda_layer_kernels.h"
 #include "calib/cuda_timer.h"
 #include "sim/cost/profile_model.h"
 #include "kernels/cuda/cuda_check.h"
@@ -39,7 +39,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using cuda::bf16;
 using cuda_calib::Batch;
-using cuda_calib::Rig;
+using cuda_calib::CudaLayerKernels;
 using cuda_calib::Timer;
 
 constexpr double kMiB = double(1 << 20);
@@ -106,7 +106,7 @@ DeviceProfile calibrate_cuda(const CalibrationOptions& options, std::function<vo
                                                              : std::max(8 * l2, kMinCopyBytes);
   ceiling_sizes.gemm_n = options.gemm_ceiling_size > 0 ? options.gemm_ceiling_size : quick ? 4096 : 8192;
 
-  // The rig: KV blocks for the largest cell (one copy: the L2 is flushed
+  // The kernels: KV blocks for the largest cell (one copy: the L2 is flushed
   // instead of rotating copies), activations for the largest batch.
   int64_t kv_blocks = Batch::blocks(1, grids.tokens.back(), 0, bs);  // elementwise writes M tokens
   for (int64_t q : grids.prefill_query)
@@ -121,8 +121,8 @@ DeviceProfile calibrate_cuda(const CalibrationOptions& options, std::function<vo
   const double head_bytes = m.head_bytes(model.tie_word_embeddings);
   const double kv_bytes = double(kv_blocks * bs) * m.kv_bytes_per_token();
   const double scratch_bytes = m.scratch_bytes(double(max_tokens), double(max_rows), double(max_decode));
-  // 64 MiB: two cuBLAS workspaces (cuda::Gemm's 32 MiB each): the rig's own Gemm and its Backend's.
-  const double rig_bytes = m.layer_weight_bytes() + head_bytes + kv_bytes + scratch_bytes + 64 * kMiB;
+  // 64 MiB: two cuBLAS workspaces (cuda::Gemm's 32 MiB each): the kernels's own Gemm and its Backend's.
+  const double layer_bytes = m.layer_weight_bytes() + head_bytes + kv_bytes + scratch_bytes + 64 * kMiB;
   // The whole model's decoder: every layer, a KV cache for the longest
   // whole-model plan, activations for it.
   const int64_t context = grids.decode_context.front();
@@ -157,7 +157,7 @@ DeviceProfile calibrate_cuda(const CalibrationOptions& options, std::function<vo
       throw InputError(fmt::format("{} needs {:.1f} GB of bf16 weights, more than {} ({}) holds ({:.1f} GB): the "
                                    "decoder cannot serve it there, so there is nothing to calibrate for",
                                    model.name, weights / 1e9, device.name(), prop.name, double(total) / 1e9));
-    require_free_memory("its largest phase", std::max({ceilings_bytes, rig_bytes, decoder_bytes}) + flush_bytes,
+    require_free_memory("its largest phase", std::max({ceilings_bytes, layer_bytes, decoder_bytes}) + flush_bytes,
                         device, model);
   }
 
@@ -201,10 +201,10 @@ DeviceProfile calibrate_cuda(const CalibrationOptions& options, std::function<vo
   say(fmt::format("setting up: one layer of {} in bf16 ({:.0f} MiB of KV blocks, {:.0f} MiB of activations); the "
                   "{:.1f} MiB L2 is flushed before every cold launch",
                   model.name, kv_bytes / kMiB, scratch_bytes / kMiB, double(l2) / kMiB));
-  require_free_memory("one layer's weights, KV blocks and activations", rig_bytes, device, model);
-  auto rig = std::make_unique<Rig>(model, kv_blocks, bs, options.weights_seed, stream, int32_t(max_tokens),
+  require_free_memory("one layer's weights, KV blocks and activations", layer_bytes, device, model);
+  auto kernels = std::make_unique<CudaLayerKernels>(model, kv_blocks, bs, options.weights_seed, stream, int32_t(max_tokens),
                                    int32_t(max_rows), int32_t(max_decode));
-  Rig& k = *rig;
+  CudaLayerKernels& k = *kernels;
   const cuda::LayerWeights& lw = k.w.layers[0];
 
   // ---- the four projections on M tokens (one layer): the calls cuda::Backend makes.
@@ -375,7 +375,7 @@ DeviceProfile calibrate_cuda(const CalibrationOptions& options, std::function<vo
     }
     p.sampling = make_curve(grids.sampling_rows, std::move(seconds));
   }
-  rig.reset();
+  kernels.reset();
 
   // ---- the whole model: a 1-token decode through the real CUDA decoder
   // (graph replay) minus what the tables predict, and the in-situ prefills.
@@ -499,6 +499,7 @@ DeviceProfile calibrate_cuda(const CalibrationOptions& options, std::function<vo
     if (!raw_file) throw InputError(fmt::format("{}: write failed", options.raw_benchmarks_path));
   }
   say(fmt::format("done: {} benchmarks in {:.1f} s", timer.measurements().size(), wall));
+  calibration::store_attention_fits(p);
   return p;
 }
 

@@ -172,6 +172,14 @@ void DecodeSteps::advance() {
   for (ScheduledSequence& s : plan_.sequences) ++s.num_cached_tokens;  // the tables were sized for `steps`
 }
 
+void store_attention_fits(DeviceProfile& p) {
+  p.prefill_fit.reset();
+  p.decode_fit.reset();
+  const ProfileModel model(p, p.model, "the calibration");
+  p.prefill_fit = model.prefill_fit();
+  p.decode_fit = model.decode_fit();
+}
+
 double tables_seconds(const DeviceProfile& p, const IterationPlan& plan) {
   DeviceProfile tables = p;
   tables.iteration_overhead_s = 0;

@@ -86,6 +86,11 @@ class DecodeSteps {
   IterationPlan plan_;
 };
 
+// Stores in `p` the attention fits its tables give (DeviceProfile::
+// prefill_fit, decode_fit), so that every later use of the profile costs
+// with the fits it was written with.
+void store_attention_fits(DeviceProfile& p);
+
 // What the tables of `p` predict for `plan`, without the fixed iteration
 // overhead and without an in-situ factor (calib/profile_model.h).
 double tables_seconds(const DeviceProfile& p, const IterationPlan& plan);
@@ -112,10 +117,9 @@ void measure_gemm_factor(DeviceProfile& p, Executor& executor, const std::vector
                      int32_t block_size, int repetitions, const std::function<void(const std::string&)>& say,
                      int lead_steps = 0, int64_t lead_cached = 0);
 // Untimed 1-sequence decode steps before each timed whole-model prefill
-// (time_prefills) on the CPU: served prefills that followed decode steps
-// came out 1-2% slower against their prediction than those that followed
-// a prefill (the 2-core VM, README), so the in-situ prefills are timed as
-// served ones run.
+// (time_prefills) on the CPU: a served prefill follows decode steps, and one
+// that does runs slower than one after another prefill (docs/calibration.md),
+// so the whole-model prefills are timed as served ones run.
 constexpr int kPrefillLeadSteps = 2;
 
 // The seconds of `timed` prefills of `tokens` tokens (request first_id,

@@ -32,9 +32,8 @@ std::vector<int64_t> doubling(int64_t lo, int64_t hi) {
 // to hi. The CPU's token-count axes need the dense start: its matmul changes
 // kernel at M = 8 (dot products below, Eigen's GEMM from there) and Eigen's
 // GEMM runs a saw-tooth of period 4 in M (its register blocks), so costs
-// between powers of two are no power law. On the 2-core VM the qkv GEMM of
-// small-110m took 0.26 ms at M = 7, 0.36 ms at M = 8 and 0.43 ms at M = 11
-// against 0.38 ms at M = 12.
+// between powers of two are no power law (docs/calibration.md has a
+// measured example).
 std::vector<int64_t> dense_then_doubling(int64_t dense, int64_t hi) {
   std::vector<int64_t> v;
   for (int64_t x = 1; x <= std::min(dense, hi); ++x) v.push_back(x);

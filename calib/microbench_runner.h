@@ -45,10 +45,10 @@ class MicrobenchSession {
   // throws std::runtime_error if one failed. The repetitions of all of them
   // run in a random order (Google Benchmark's random interleaving), so each
   // benchmark's median comes from moments spread over the whole call: on a
-  // machine that changes speed partway through (the 2-core VM flips between
-  // two memory speeds every few tens of seconds at times), every point of a
-  // family sees the same mixture of states instead of the points measured
-  // before the change seeing one and the rest the other.
+  // machine that changes speed partway through (a shared VM can,
+  // docs/noisy-hosts.md), every point of a family sees the same mixture of
+  // states instead of the points measured before the change seeing one and
+  // the rest the other.
   std::vector<MicrobenchResult> run();
   // Closes the JSON document (also done by the destructor).
   void finish();

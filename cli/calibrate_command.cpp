@@ -96,8 +96,8 @@ int calibrate_command(int argc, const char* const* argv) {
        "without one, exit 2)")
       ("model", po::value<std::string>()->default_value("small-110m"),
        "a preset or a Hugging Face config.json: the shapes timed (weights are random)")
-      ("quick", "coarse grids and few repeats (tests, first looks; well under a minute for small-110m on the "
-                "CPU, for llama-3.1-8b on an H200)")
+      ("quick", "coarse grids and few repeats, seconds instead of minutes (tests, first looks; a quick validation "
+                "calibrates this way)")
       ("threads", po::value<int>()->default_value(0), "CPU threads (0: every core; cpu only)")
       ("host-drift",
        "for a host whose speed drifts (a shared VM; docs/noisy-hosts.md): also time the drift probes (a "

@@ -1,29 +1,21 @@
 // `servesim sweep`: run `servesim simulate` over a grid of settings, one
 // child process per point (the same binary), up to --jobs at once; write one
 // CSV row per point with its summary metrics, rank the points by an
-// objective under constraints and name the best.
+// objective under constraints and name the best. The grid, metrics and
+// ranking are cli/sweep_grid.h; the children, cli/process_pool.h; what is
+// written, cli/sweep_output.h.
 //
 // Points run as subprocesses rather than in-process calls so that every
 // simulate flag is sweepable without sweep knowing simulate's internals, and
 // a point that fails (bad value, weights that do not fit) cannot take the
 // sweep down with it.
-#include <fcntl.h>
-#include <poll.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <atomic>
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <mutex>
 #include <optional>
-#include <stdexcept>
 #include <thread>
 
 #include <fmt/format.h>
@@ -31,116 +23,17 @@
 #include "cli/commands.h"
 #include "cli/common_options.h"
 #include "cli/output.h"
+#include "cli/process_pool.h"
 #include "cli/sweep_grid.h"
+#include "cli/sweep_output.h"
 #include "sim/errors.h"
-
-extern char** environ;
 
 namespace servesim::cli {
 namespace {
 
 namespace fs = std::filesystem;
 
-// ------------------------------------------------------------ subprocesses
-
-struct ProcessResult {
-  int exit_code = -1;  // when the child exited
-  int signal = 0;      // when a signal killed it
-  std::string out, err;
-};
-
-// This binary: /proc/self/exe, else argv[0] looked up on PATH.
-struct Executable {
-  std::string path;
-  bool search_path = false;
-};
-
-Executable self_executable(const char* argv0) {
-  std::error_code ec;
-  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) return {self.string(), false};
-  return {argv0, std::string(argv0).find('/') == std::string::npos};
-}
-
-std::runtime_error system_error(const std::string& what, int err) {
-  return std::runtime_error(fmt::format("{}: {}", what, std::strerror(err)));
-}
-
-// Runs exe with args (no shell), stdin from /dev/null, and returns what it
-// wrote to stdout and stderr. Safe to call from several threads: the pipes are
-// close-on-exec, so no child inherits another child's pipe.
-ProcessResult run_process(const Executable& exe, const std::vector<std::string>& args) {
-  int out_pipe[2], err_pipe[2];
-  if (pipe2(out_pipe, O_CLOEXEC) != 0) throw system_error("pipe", errno);
-  if (pipe2(err_pipe, O_CLOEXEC) != 0) {
-    const int e = errno;
-    close(out_pipe[0]);
-    close(out_pipe[1]);
-    throw system_error("pipe", e);
-  }
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&actions, out_pipe[1], 1);
-  posix_spawn_file_actions_adddup2(&actions, err_pipe[1], 2);
-  std::vector<char*> argv;
-  argv.push_back(const_cast<char*>(exe.path.c_str()));
-  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  const int spawned = exe.search_path
-                          ? posix_spawnp(&pid, exe.path.c_str(), &actions, nullptr, argv.data(), environ)
-                          : posix_spawn(&pid, exe.path.c_str(), &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  close(out_pipe[1]);
-  close(err_pipe[1]);
-  if (spawned != 0) {
-    close(out_pipe[0]);
-    close(err_pipe[0]);
-    throw system_error(fmt::format("cannot start {}", exe.path), spawned);
-  }
-
-  // Drain both pipes together: a child blocked on a full stderr pipe would
-  // otherwise never close stdout.
-  ProcessResult result;
-  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
-  std::string* sinks[2] = {&result.out, &result.err};
-  int open_fds = 2;
-  char buffer[65536];
-  while (open_fds > 0) {
-    if (poll(fds, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      throw system_error("poll", errno);
-    }
-    for (int i = 0; i < 2; ++i) {
-      if (fds[i].fd < 0 || fds[i].revents == 0) continue;
-      const ssize_t n = read(fds[i].fd, buffer, sizeof buffer);
-      if (n > 0) {
-        sinks[i]->append(buffer, size_t(n));
-      } else if (n == 0 || errno != EINTR) {
-        close(fds[i].fd);
-        fds[i].fd = -1;  // poll ignores negative descriptors
-        --open_fds;
-      }
-    }
-  }
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0)
-    if (errno != EINTR) throw system_error("waitpid", errno);
-  if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) result.signal = WTERMSIG(status);
-  return result;
-}
-
 // ------------------------------------------------------------ the points
-
-struct Point {
-  std::vector<std::string> values;  // one per axis
-  std::vector<std::string> args;    // simulate's arguments
-  PointOutcome outcome;
-  int exit_code = 0;  // simulate's; 1 where it could not start or printed no summary
-  std::string error;  // why it failed: the first line simulate wrote to stderr
-};
 
 std::string first_line(const std::string& text) {
   size_t start = text.find_first_not_of(" \t\r\n");
@@ -208,196 +101,10 @@ class Progress {
 
 // Runs points[first..] on `jobs` threads, each driving one child at a time.
 void run_points(const Executable& exe, std::vector<Point>& points, size_t first, size_t jobs, Progress& progress) {
-  std::atomic<size_t> next{first};
-  auto worker = [&] {
-    for (size_t i; (i = next.fetch_add(1)) < points.size();) {
-      run_point(exe, points[i]);
-      progress.point_done();
-    }
-  };
-  std::vector<std::thread> threads;
-  for (size_t t = 0; t < std::min(jobs, points.size() - first); ++t) threads.emplace_back(worker);
-  for (std::thread& t : threads) t.join();
-}
-
-// ------------------------------------------------------------ outputs
-
-std::string status_of(const Point& p) {
-  if (!p.outcome.ok) return "error";
-  return p.outcome.rank ? "ok" : "infeasible";
-}
-
-void append_csv_row(std::string& csv, const std::vector<std::string>& cells) {
-  for (size_t i = 0; i < cells.size(); ++i) {
-    if (i > 0) csv += ',';
-    csv += csv_cell(cells[i]);
-  }
-  csv += '\n';
-}
-
-std::string sweep_csv(const std::vector<GridAxis>& axes, const std::vector<Point>& points) {
-  std::string csv;
-  std::vector<std::string> header;
-  for (const GridAxis& a : axes) header.push_back(a.flag);
-  header.insert(header.end(), {"status", "rank"});
-  for (const MetricColumn& c : metric_columns()) header.push_back(c.name);
-  header.push_back("error");
-  append_csv_row(csv, header);
-  for (const Point& p : points) {
-    std::vector<std::string> row = p.values;
-    row.push_back(status_of(p));
-    row.push_back(p.outcome.rank ? fmt::format("{}", *p.outcome.rank) : std::string());
-    for (const MetricColumn& c : metric_columns())
-      row.push_back(p.outcome.ok ? metric_cell(p.outcome.summary, c) : std::string());
-    row.push_back(p.error);
-    append_csv_row(csv, row);
-  }
-  return csv;
-}
-
-nlohmann::json sweep_json(const std::vector<GridAxis>& axes, const std::vector<std::string>& base,
-                          const Objective& objective, const std::vector<Constraint>& constraints,
-                          const std::vector<Point>& points, const std::vector<size_t>& ranking) {
-  nlohmann::json j;
-  j["grid"] = nlohmann::json::array();
-  for (const GridAxis& a : axes) j["grid"].push_back({{"flag", a.flag}, {"values", a.values}});
-  j["base_args"] = base;
-  j["objective"] = {{"name", objective.name},
-                    {"column", objective.column->name},
-                    {"direction", objective.maximize ? "max" : "min"}};
-  j["constraints"] = nlohmann::json::array();
-  for (const Constraint& c : constraints) j["constraints"].push_back(c.text);
-  j["points"] = nlohmann::json::array();
-  for (size_t i = 0; i < points.size(); ++i) {
-    const Point& p = points[i];
-    nlohmann::json pj;
-    pj["index"] = i;
-    pj["values"] = nlohmann::json::object();
-    for (size_t a = 0; a < axes.size(); ++a) pj["values"][axes[a].flag] = p.values[a];
-    pj["args"] = p.args;
-    pj["status"] = status_of(p);
-    pj["rank"] = p.outcome.rank ? nlohmann::json(*p.outcome.rank) : nlohmann::json();
-    if (p.outcome.ok) {
-      pj["objective"] = p.outcome.objective ? nlohmann::json(*p.outcome.objective) : nlohmann::json();
-      pj["violations"] = p.outcome.violations;
-      pj["summary"] = p.outcome.summary;
-    } else {
-      pj["error"] = p.error;
-      pj["exit_code"] = p.exit_code;
-    }
-    j["points"].push_back(std::move(pj));
-  }
-  j["ranking"] = ranking;
-  j["best"] = ranking.empty() ? nlohmann::json() : nlohmann::json(ranking.front());
-  return j;
-}
-
-// A metric for the table: latencies in ms.
-std::string table_value(const MetricColumn& c, std::optional<double> v) {
-  if (!v) return "-";
-  if (c.seconds) return fmt::format("{:.2f}", *v * 1e3);
-  if (c.name == "output_tokens_per_s") return fmt::format("{:.1f}", *v);
-  if (c.name.find("requests_per_s") != std::string::npos) return fmt::format("{:.3f}", *v);
-  return fmt::format("{:.4g}", *v);
-}
-
-std::string column_title(const MetricColumn& c) {
-  if (c.name == "output_tokens_per_s") return "output tok/s";
-  if (c.name == "requests_per_s") return "req/s";
-  if (c.name == "goodput_requests_per_s") return "goodput req/s";
-  std::string t = c.name;
-  if (c.seconds) t = t.substr(0, t.size() - 2) + " ms";  // drop "_s"
-  return t;
-}
-
-// With units, for the "best:" line.
-std::string describe_value(const MetricColumn& c, double v) {
-  if (c.seconds) return fmt::format("{:.2f} ms {}", v * 1e3, c.name.substr(0, c.name.size() - 2));
-  return fmt::format("{} {}", table_value(c, v), column_title(c));
-}
-
-constexpr size_t kTableRows = 20;
-
-void print_table(const std::vector<GridAxis>& axes, const Objective& objective,
-                 const std::vector<Constraint>& constraints, const std::vector<Point>& points,
-                 const std::vector<size_t>& ranking, const std::string& out_dir) {
-  std::vector<const MetricColumn*> shown = {objective.column};
-  const bool slo = std::any_of(points.begin(), points.end(), [](const Point& p) {
-    return p.outcome.ok && p.outcome.summary.contains("goodput_requests_per_s");
+  run_parallel(first, points.size(), jobs, [&](size_t i) {
+    run_point(exe, points[i]);
+    progress.point_done();
   });
-  std::vector<std::string> extra = {"output_tokens_per_s", "ttft_p50_s", "ttft_p90_s", "tpot_p50_s",
-                                    "tpot_p90_s"};
-  if (slo) extra.insert(extra.begin() + 1, "goodput_requests_per_s");
-  for (const std::string& name : extra)
-    if (name != objective.column->name) shown.push_back(find_metric_column(name));
-
-  // Ranked points best first, then the infeasible and the failed ones in grid
-  // order; only the first kTableRows of those are shown.
-  std::vector<size_t> order = ranking;
-  for (size_t i = 0; i < points.size(); ++i)
-    if (!points[i].outcome.rank) order.push_back(i);
-  if (order.size() > kTableRows) order.erase(order.begin() + kTableRows, order.end());
-
-  std::vector<std::vector<std::string>> rows;
-  std::vector<std::string> header = {"rank"};
-  for (const GridAxis& a : axes) header.push_back(a.flag);
-  for (const MetricColumn* c : shown) header.push_back(column_title(*c));
-  header.push_back("status");
-  rows.push_back(header);
-  for (const size_t i : order) {
-    const Point& p = points[i];
-    std::vector<std::string> row = {p.outcome.rank ? fmt::format("{}", *p.outcome.rank) : "-"};
-    for (const std::string& v : p.values) row.push_back(v);
-    for (const MetricColumn* c : shown)
-      row.push_back(table_value(*c, p.outcome.ok ? metric_value(p.outcome.summary, *c) : std::nullopt));
-    std::string status = status_of(p);
-    if (!p.outcome.ok) status += ": " + p.error;
-    if (!p.outcome.violations.empty()) {
-      status += ": violates";
-      for (const std::string& v : p.outcome.violations) status += " " + v;
-    }
-    row.push_back(status);
-    rows.push_back(std::move(row));
-  }
-  std::vector<size_t> width(header.size(), 0);
-  for (const auto& row : rows)
-    for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
-
-  std::string text = fmt::format("servesim sweep: {} points over", points.size());
-  for (size_t a = 0; a < axes.size(); ++a)
-    text += fmt::format("{} {} ({} values)", a ? " x" : "", axes[a].flag, axes[a].values.size());
-  text += fmt::format("; objective {} ({}, {} is better)", objective.name, objective.column->name,
-                      objective.maximize ? "higher" : "lower");
-  if (!constraints.empty()) {
-    text += "; constraints";
-    for (const Constraint& c : constraints) text += " " + c.text;
-  }
-  text += "\n";
-  for (const auto& row : rows) {
-    std::string line = " ";
-    // Every column right-aligned but the last (status), which is free text.
-    for (size_t c = 0; c + 1 < row.size(); ++c) line += fmt::format(" {:>{}}", row[c], width[c]);
-    line += "  " + row.back();
-    text += line + "\n";
-  }
-  if (order.size() < points.size())
-    text += fmt::format("  ... {} more points in {}/sweep.csv\n", points.size() - order.size(), out_dir);
-  if (ranking.empty()) {
-    text += "best: none: no point succeeded and met every constraint\n";
-  } else {
-    const Point& best = points[ranking.front()];
-    text += fmt::format("best: {} -> {}\n", point_label(axes, best.values),
-                        describe_value(*objective.column, *best.outcome.objective));
-  }
-  text += fmt::format("outputs {}/{{sweep.csv,sweep.json}}\n", out_dir);
-  std::cout << text;
-}
-
-void write_file(const fs::path& path, const std::string& text) {
-  std::ofstream f(path, std::ios::binary);
-  f << text;
-  f.close();
-  if (!f) throw InputError(fmt::format("{}: cannot write", path.string()));
 }
 
 // ------------------------------------------------------------ flags

@@ -2,11 +2,9 @@
 // do at start-up (vLLM's dummy and profiling runs): a decoder's first passes
 // pay for work later passes do not repeat -- the first touch of its
 // activation buffers, the thread pool's start, cold caches and TLBs; on the
-// GPU, module loading and cuBLAS's first calls. On the 2-core VM a fresh CPU
-// decoder's first prefill ran up to 45% and its first few decode steps up to
-// 50% slower than later ones (experiments/results/cpu, the first iterations
-// of every point), and a run measured from a cold start charges that to its
-// first requests -- under queueing, to every request behind them.
+// GPU, module loading and cuBLAS's first calls (docs/noisy-hosts.md has how
+// much). A run measured from a cold start charges that to its first
+// requests -- under queueing, to every request behind them.
 #pragma once
 
 #include <cstdint>

@@ -18,9 +18,8 @@ using RowBlock = Eigen::Map<const Matrix, 0, Eigen::OuterStride<>>;
 // Asks Linux to back the whole 2 MiB pages inside [p, p + bytes) with
 // transparent huge pages when they are first touched. A decode step streams
 // every weight once; with 4 KiB pages it also takes a TLB miss every 4 KiB
-// (huge pages made small-110m's decode steps 7-9% faster on a 2-core EPYC
-// VM). Advisory only: where THP is off or madvise fails, the memory stays in
-// ordinary pages.
+// (docs/performance.md). Advisory only: where THP is off or madvise fails,
+// the memory stays in ordinary pages.
 void advise_huge_pages(void* p, size_t bytes) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
   constexpr uintptr_t kHugePage = uintptr_t(2) << 20;
@@ -90,8 +89,8 @@ void matmul(const Matrix& in, const Matrix& w, Matrix& out, bool accumulate) {
   // The small chunks are handed out on demand (dynamic), not split up front:
   // on a VM one vCPU can stall for a moment, and with a static split the
   // other thread then waits at the barrier; on demand, it takes over the
-  // remaining chunks. The chunks are large enough (64 weight rows, 196 KB
-  // and up) that handing them out costs nothing measurable.
+  // remaining chunks. The chunks are large (64 weight rows, 196 KB and up),
+  // so handing them out is rare next to the work in each.
   const int threads = omp_get_max_threads();
   Eigen::Index chunk = 64;
   if (T >= 32) chunk = std::max<Eigen::Index>(64, ((N + threads - 1) / threads + 15) / 16 * 16);

@@ -106,10 +106,9 @@ class Backend {
   // cuBLASLt's algorithms for every projection at up to max_tokens tokens
   // and the LM head at up to max_sample_rows rows (Gemm::prepare), and one
   // launch of each bucket that fits the activations `s` holds (with layer
-  // 0's weights; the outputs are scratch): a bucket's first launch cost a
-  // first prefill of a new length ~10 ms on an H200 even with the
-  // algorithm chosen (CUDA_MODULE_LOADING=EAGER did not
-  // help; the cost is in the first launch, not the algorithm choice).
+  // 0's weights; the outputs are scratch): a bucket's first launch costs
+  // more than its algorithm choice, so both happen before serving
+  // (docs/cuda.md).
   void prepare_gemms(const Weights& w, Scratch& s, int64_t max_tokens, int64_t max_sample_rows);
   // Device bytes of the activations for T tokens and S sampling rows.
   double scratch_bytes(int64_t T, int64_t S) const;

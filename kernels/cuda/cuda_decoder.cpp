@@ -93,9 +93,9 @@ class CudaDecoder final : public DecoderModel {
   // capture): activations and batch metadata for the largest batch, so no
   // buffer grows later (a growth drops every graph); every GEMM bucket's
   // algorithm chosen and its kernel loaded; a graph for every decode
-  // bucket. Without these, a served workload paid ~10 ms the first time
-  // each prompt-length bucket came up and a graph capture whenever the
-  // batch reached a new bucket or a buffer grew (H200, llama-3.1-8b).
+  // bucket. Without these, a served workload pays a kernel's first launch
+  // the first time each prompt-length bucket comes up and a graph capture
+  // whenever the batch reaches a new bucket or a buffer grows (docs/cuda.md).
   // Activations are reserved for at most kPreparedTokens tokens, and at
   // most half the free memory; larger batches grow them when they come.
   void prepare_batches(int32_t max_tokens, int32_t max_sample_rows) override {

@@ -5,16 +5,14 @@
 // terms, out' (N x T) = W' (K x N)^T in' (K x T): one matmul with
 // op(A) = T, op(B) = N and leading dimensions K, K, N.
 //
-// Why algorithms chosen per bucket of T, and prepared ahead: on an H200 a
-// served llama-3.1-8b prefill took ~15 ms instead of 6.4 ms each time a new
-// prompt length came up (experiments/gpu/probe_prefill.sh, 2026-11-30;
-// CUDA_MODULE_LOADING=EAGER did not help). Choosing the algorithm once per
+// Why algorithms chosen per bucket of T, and prepared ahead: a served
+// prefill of a prompt length not seen before paid for choosing the
+// algorithm and for its kernel's first launch, more than the prefill itself
+// (docs/cuda.md has the H200 measurements). The algorithm is chosen once per
 // bucket of T (rounded up: 1, 2, 4, 8, multiples of 8 to 256, then four
-// steps per octave, every T of a bucket reusing it) did not remove it on
-// its own: the cost is in a kernel's first launch. prepare() chooses
-// every bucket's algorithm up to a bound, and the CUDA decoder launches
-// each bucket once at start-up (Backend::prepare_gemms), as a serving
-// engine's warm-up does; that removed it (experiments/results/h200).
+// steps per octave, every T of a bucket reusing it); prepare() chooses every
+// bucket's up to a bound, and the CUDA decoder launches each bucket once at
+// start-up (Backend::prepare_gemms), as a serving engine's warm-up does.
 #pragma once
 
 #include <cublasLt.h>

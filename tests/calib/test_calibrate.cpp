@@ -151,6 +151,12 @@ TEST_CASE("A quick calibration of a tiny model fills every table with positive t
   CHECK(p.iteration_overhead_s ==
         Approx(std::max(0.0, overhead.at("measured_s").get<double>() - overhead.at("predicted_kernels_s").get<double>())));
   CHECK(p.metadata.at("settings").at("moments") == 13);
+  // The attention fits the profile is written with, which a profile model uses.
+  REQUIRE(p.prefill_fit.has_value());
+  REQUIRE(p.decode_fit.has_value());
+  const ProfileModel model(p, run.options.model);
+  CHECK(model.prefill_fit().coefficients == p.prefill_fit->coefficients);
+  CHECK(model.decode_fit().coefficients == p.decode_fit->coefficients);
   // No host-drift machinery unless asked (calibrate --host-drift).
   CHECK(p.anchor.is_null());
   CHECK(p.placement_ratios.is_null());

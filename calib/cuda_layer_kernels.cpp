@@ -1,4 +1,4 @@
-#include "calib/cuda_rig.h"
+#include "calib/cuda_layer_kernels.h"
 
 #include "calib/calibration_common.h"
 #include "kernels/cuda/cuda_check.h"
@@ -49,7 +49,7 @@ int64_t Batch::blocks(int64_t sequences, int64_t query, int64_t cached, int32_t 
   return sequences * ceil_div(cached + query, block_size);
 }
 
-Rig::Rig(const ModelSpec& model, int64_t kv_blocks, int32_t block_size, uint64_t weights_seed, cudaStream_t stream,
+CudaLayerKernels::CudaLayerKernels(const ModelSpec& model, int64_t kv_blocks, int32_t block_size, uint64_t weights_seed, cudaStream_t stream,
          int32_t max_tokens, int32_t max_rows, int32_t max_decode)
     : be(with_layers(model, 1), stream),
       w(be.random(weights_seed, model)),  // scaled as the whole model's layers are
@@ -60,7 +60,7 @@ Rig::Rig(const ModelSpec& model, int64_t kv_blocks, int32_t block_size, uint64_t
   fill_noise();
 }
 
-void Rig::fill_noise() {
+void CudaLayerKernels::fill_noise() {
   uint64_t k = seed ^ 0x5eedULL;
   auto fill = [&](auto& buffer) {
     if (buffer.size()) cuda::launch_fill_uniform(buffer.data(), int64_t(buffer.size()), ++k, 1.0f, 0.0f, stream());
@@ -79,7 +79,7 @@ void Rig::fill_noise() {
   CUDA_CHECK(cudaStreamSynchronize(stream()));
 }
 
-void Rig::stage(const BatchLayout& layout) {
+void CudaLayerKernels::stage(const BatchLayout& layout) {
   const int64_t generation = s.buffers_generation;
   s.meta.stage(layout, kv.block_size);
   s.meta.upload(stream());

@@ -1,4 +1,4 @@
-// The CUDA calibration's test bench (calib/calibrate_cuda.cpp): one layer of
+// What the CUDA calibration (calib/calibrate_cuda.cpp) times with: one layer of
 // the model on the CUDA backend, run exactly as the CUDA decoder runs it,
 // the packed batches its cells stage, and the model's sizes in bytes (to
 // check GPU memory before allocating). Needs the CUDA backend.
@@ -55,7 +55,7 @@ class Batch {
 // cache of `kv_blocks` blocks, activations reserved for the largest batch
 // (all filled with noise: softmax over real numbers, not ties), and a GEMM
 // handle making the calls cuda::Backend makes. Everything on `stream`.
-struct Rig {
+struct CudaLayerKernels {
   cuda::Backend be;
   cuda::Weights w;
   cuda::KvCache kv;
@@ -63,7 +63,7 @@ struct Rig {
   cuda::Gemm gemm;
   uint64_t seed;
 
-  Rig(const ModelSpec& model, int64_t kv_blocks, int32_t block_size, uint64_t weights_seed, cudaStream_t stream,
+  CudaLayerKernels(const ModelSpec& model, int64_t kv_blocks, int32_t block_size, uint64_t weights_seed, cudaStream_t stream,
       int32_t max_tokens, int32_t max_rows, int32_t max_decode);
   cudaStream_t stream() const { return be.stream(); }
   // Noise in every activation and in the KV cache; synchronises.
