@@ -227,6 +227,7 @@ void Scheduler::schedule_continuous(IterationPlan& plan, SchedulerListener& list
 }
 
 void Scheduler::schedule_chunked(IterationPlan& plan, SchedulerListener& listener) {
+  const int64_t preemptions_before = preemptions_;
   for (;;) {
     int64_t budget = config_.max_num_batched_tokens;
     // 1. Running decodes, one token each (1 + drafts when speculating),
@@ -250,8 +251,13 @@ void Scheduler::schedule_chunked(IterationPlan& plan, SchedulerListener& listene
       add_to_plan(plan, slot, int32_t(chunk), listener);
       budget -= chunk;
     }
-    // 3. New prompts, FCFS, while budget, sequence slots and blocks allow.
-    while (budget > 0 && !waiting_.empty() && running_.size() < size_t(config_.max_num_seqs)) {
+    // 3. New prompts, FCFS, while budget, sequence slots and blocks allow --
+    //    but not in a step that preempted (vLLM's rule: the blocks a
+    //    preemption freed go to the running sequences, and the preempted
+    //    one is not readmitted at once), unless nothing runs at all.
+    const bool preempted = preemptions_ > preemptions_before;
+    while (budget > 0 && !waiting_.empty() && running_.size() < size_t(config_.max_num_seqs) &&
+           (!preempted || running_.empty())) {
       const int32_t slot = waiting_.front();
       Sequence& s = slots_[size_t(slot)];
       const int64_t chunk = std::min(int64_t(s.remaining()), budget);

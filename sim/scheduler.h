@@ -25,7 +25,8 @@ enum class SchedulerPolicy {
   Continuous,
   // Chunked prefill with a token budget per iteration, stall-free as in
   // Sarathi-Serve: running decodes first, then ongoing prefill chunks, then
-  // new prompts, until max_num_batched_tokens is spent.
+  // new prompts, until max_num_batched_tokens is spent. A step that had to
+  // preempt takes no new prompts (as vLLM's scheduler does).
   Chunked,
 };
 

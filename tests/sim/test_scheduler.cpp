@@ -70,8 +70,23 @@ class Driver final : public SchedulerListener {
 
   const Plan& step() {
     iteration = int64_t(history.size());
+    preempted_in_step.clear();
+    scheduling = true;
     sched.schedule(plan, *this);
+    scheduling = false;
     check_plan();
+    // vLLM's rule: a step that preempted admits no waiting request (the
+    // sequence it just preempted included); only sequences running before
+    // it, and not preempted, are in its plan.
+    if (!preempted_in_step.empty()) {
+      ++preempting_steps;
+      for (const auto& s : plan.sequences) {
+        INFO("iteration " << iteration << ", request " << s.request_id);
+        CHECK(running.count(s.request_id) == 1);
+        CHECK(preempted_in_step.count(s.request_id) == 0);
+      }
+    }
+    for (const auto& s : plan.sequences) running.insert(s.request_id);
     Plan copy;
     for (const auto& s : plan.sequences)
       copy.push_back({s.request_id, s.num_query_tokens, s.num_cached_tokens, s.is_prefill, s.samples,
@@ -119,9 +134,13 @@ class Driver final : public SchedulerListener {
     REQUIRE(finished.count(id) == 0);
     REQUIRE(tokens[id] == requests[id].output_tokens);
     finished[id] = iteration;
+    running.erase(id);
   }
   void on_preempted(int64_t id) override {
     REQUIRE(finished.count(id) == 0);
+    REQUIRE(scheduling);  // preemption happens while scheduling, nowhere else
+    preempted_in_step.insert(id);
+    running.erase(id);
     preempted[id] += 1;
     lost[id] += computed[id];
     computed[id] = 0;
@@ -135,6 +154,10 @@ class Driver final : public SchedulerListener {
   std::map<int64_t, Request> requests;
   std::map<int64_t, int32_t> computed, tokens, preempted, query_total, lost;
   std::map<int64_t, int64_t> first_scheduled, first_token, finished;
+  std::set<int64_t> running;            // in a plan since their admission, not finished or preempted
+  std::set<int64_t> preempted_in_step;  // preempted by the current schedule()
+  bool scheduling = false;
+  int64_t preempting_steps = 0;         // steps that preempted
 
  private:
   void check_plan() {
@@ -520,6 +543,37 @@ TEST_CASE("Preemption by recompute evicts the newest sequence, which later compl
     CHECK(d.finished[0] < d.finished[1]);
     CHECK(d.sched.kv().peak_used() == 10);
   }
+}
+
+TEST_CASE("Chunked: a step that preempts admits no waiting request, so the preempted one waits a step",
+          "[scheduler]") {
+  // 10 blocks of 4 tokens, no watermark, a budget of 8 tokens. Two requests
+  // of 8 + 30 tokens decode in lockstep, a block each every 4 tokens, until
+  // request 0 needs its 6th block at 21 tokens and none is free: request 1,
+  // the newest, is preempted and frees 5 blocks. Request 0 takes one; the
+  // other 4 hold the first 7-token chunk of request 1's recompute, so a
+  // scheduler that took waiting requests in the same step would readmit it
+  // at once. vLLM does not, and neither does this one: it waits a step.
+  Driver d(scheduler_config(SchedulerPolicy::Chunked, 8, 8, 4, 10, 64, 0.0));
+  REQUIRE_FALSE(d.add(request(0, 0.0, 8, 30)));
+  REQUIRE_FALSE(d.add(request(1, 0.0, 8, 30)));
+  int64_t preempted_at = -1, readmitted_at = -1;
+  while (d.sched.has_unfinished()) {
+    const int32_t before = d.preempted[1];
+    const Plan& p = d.step();  // the driver checks every step against the rule
+    if (preempted_at < 0 && d.preempted[1] > before) {
+      preempted_at = d.iteration;
+      CHECK(find(p, 1) == nullptr);  // not in the plan of the step that preempted it
+      REQUIRE(find(p, 0) != nullptr);
+    } else if (preempted_at >= 0 && readmitted_at < 0 && find(p, 1)) {
+      readmitted_at = d.iteration;
+    }
+    REQUIRE(d.history.size() < 1000);
+  }
+  d.run_to_end();
+  REQUIRE(preempted_at >= 0);
+  CHECK(readmitted_at == preempted_at + 1);  // the next step, which preempts nothing
+  CHECK(d.preempted[0] == 0);
 }
 
 TEST_CASE("Rejections name the limit and queue nothing", "[scheduler]") {
