@@ -1,5 +1,7 @@
 #include "engine/simulation.h"
 
+#include <stdexcept>
+
 #include <fmt/format.h>
 
 #include "sim/clock.h"
@@ -39,11 +41,19 @@ CostModels setup_cost_models(const SimulationSetup& setup) {
   return build_cost_models(setup.cost, setup.model, setup.hardware, speculating ? &*setup.draft : nullptr);
 }
 
-SimulationOutput simulate_workload(const SimulationSetup& setup, const Workload& workload, const CostModels& costs,
-                                   LoopOptions loop, std::span<CostMultiplier* const> multipliers) {
+namespace {
+
+// The scheduler configuration of `setup`, its speculative flags checked.
+SchedulerConfig checked_config(const SimulationSetup& setup) {
   const SchedulerConfig config = resolve_scheduler_config(setup);
   check_speculative_flags(config.num_speculative_tokens, setup.draft.has_value(), setup.acceptance.has_value(),
                           true);
+  return config;
+}
+
+SimulationOutput simulate_checked(const SimulationSetup& setup, const SchedulerConfig& config,
+                                  const Workload& workload, const CostModels& costs, LoopOptions loop,
+                                  std::span<CostMultiplier* const> multipliers) {
   std::optional<SimulatedSpeculation> speculation;
   if (config.num_speculative_tokens > 0) speculation = SimulatedSpeculation{*setup.acceptance, setup.workload.seed};
   loop.keep_iterations = setup.keep_iterations;
@@ -51,15 +61,20 @@ SimulationOutput simulate_workload(const SimulationSetup& setup, const Workload&
                          loop);
 }
 
+}  // namespace
+
+SimulationOutput simulate_workload(const SimulationSetup& setup, const Workload& workload, const CostModels& costs,
+                                   LoopOptions loop, std::span<CostMultiplier* const> multipliers) {
+  return simulate_checked(setup, checked_config(setup), workload, costs, std::move(loop), multipliers);
+}
+
 SimulationOutput simulate_workload(const SimulationSetup& setup, const Workload& workload,
                                    std::function<void(const RunProgress&)> progress) {
   // Settings that cannot be served fail before any cost model is built.
-  const SchedulerConfig config = resolve_scheduler_config(setup);
-  check_speculative_flags(config.num_speculative_tokens, setup.draft.has_value(), setup.acceptance.has_value(),
-                          true);
+  const SchedulerConfig config = checked_config(setup);
   LoopOptions loop;
   loop.progress = std::move(progress);
-  return simulate_workload(setup, workload, setup_cost_models(setup), loop);
+  return simulate_checked(setup, config, workload, setup_cost_models(setup), std::move(loop), {});
 }
 
 SimulationOutput simulate(const SimulationSetup& setup, std::function<void(const RunProgress&)> progress) {
