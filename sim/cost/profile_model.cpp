@@ -233,14 +233,6 @@ double ProfileModel::grid_correction(const Grid2D& grid, const std::vector<std::
   return std::exp((1 - px.w) * lo + px.w * hi);
 }
 
-std::pair<double, double> ProfileModel::prefill_attention_roofline_parts(double q, double c) const {
-  // 4 H dh FLOPs per query-key pair; K and V of c + q tokens read.
-  const double H = double(model_.num_attention_heads), dh = double(model_.head_dim);
-  const double kv_out = double(model_.num_key_value_heads) * dh;
-  return {bytes_per_element_ * (c + q) * 2 * kv_out / bandwidth_,
-          4 * H * dh * attention_pairs(q, c) / profile_.gemm_flops_per_s};
-}
-
 double ProfileModel::prefill_attention_seconds(double q, double c) const {
   if (!(q > 0)) return 0;
   const double fit = std::max(prefill_fit_(attention_pairs(q, c), c + q), prefill_floor_s_);

@@ -130,8 +130,6 @@ class ProfileModel final : public CostModel {
   double roofline_seconds(ProfileOp op, double x) const;
   // Its memory and compute parts {bytes / bandwidth, FLOPs / GEMM ceiling}.
   std::pair<double, double> roofline_parts(ProfileOp op, double x) const;
-  // The same for one prefill chunk's attention (q query tokens, c cached).
-  std::pair<double, double> prefill_attention_roofline_parts(double q, double c) const;
 
   // f(T) and g(B) of the whole-model factors (see the top of this file); 1
   // without their curves.
