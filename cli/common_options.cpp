@@ -63,7 +63,15 @@ po::options_description scheduler_options() {
        "speculative decoding: draft tokens k each decode proposes and the target verifies in one "
        "pass (0 = off); needs --draft-model or --self-draft-layers")
       ("speculative-disable-by-batch-size", po::value<int32_t>()->default_value(0),
-       "no speculation in an iteration while at least this many sequences run (0 = never)");
+       "no speculation in an iteration while at least this many sequences run (0 = never)")
+      ("enable-prefix-caching", po::bool_switch(),
+       "automatic prefix caching, vLLM V1's (the default): full KV blocks are kept by content and "
+       "reused by prompts that share their prefix (workloads with token identity: Mooncake traces, "
+       "--shared-prefix-*, sessions)")
+      ("no-enable-prefix-caching", po::bool_switch(), "turn automatic prefix caching off")
+      ("scheduling-policy", po::value<std::string>()->default_value("fcfs"),
+       "order of waiting requests: fcfs | lpm (longest prefix match first, SGLang's; FCFS while "
+       "more than 128 wait)");
   return o;
 }
 
@@ -185,6 +193,10 @@ SchedulerSettings scheduler_from(const po::variables_map& vm) {
   if (vm.count("max-model-len")) s.max_model_len = vm["max-model-len"].as<int64_t>();
   s.num_speculative_tokens = vm["num-speculative-tokens"].as<int32_t>();
   s.speculative_disable_by_batch_size = vm["speculative-disable-by-batch-size"].as<int32_t>();
+  if (vm["enable-prefix-caching"].as<bool>() && vm["no-enable-prefix-caching"].as<bool>())
+    throw InputError("--enable-prefix-caching and --no-enable-prefix-caching contradict each other");
+  s.enable_prefix_caching = !vm["no-enable-prefix-caching"].as<bool>();
+  s.waiting_order = parse_waiting_order(vm["scheduling-policy"].as<std::string>());
   if (!(s.gpu_memory_utilization > 0 && s.gpu_memory_utilization <= 1))
     throw InputError(fmt::format("--gpu-memory-utilization must be in (0, 1] (got {})",
                                  s.gpu_memory_utilization));

@@ -90,6 +90,7 @@ RunRecords run_serving_loop(Scheduler& scheduler, Executor& executor, Clock& clo
     rec.prefill_sequences = plan.num_prefill_sequences;
     rec.decode_sequences = plan.num_decode_sequences;
     rec.sampled_sequences = plan.num_sampling_sequences;
+    rec.prefix_hit_tokens = plan.num_prefix_hit_tokens;
     if (options.keep_iterations) records.iterations.push_back(rec);
     for (LoopObserver* o : options.observers) o->after_iteration(plan, result, rec);
 
@@ -104,6 +105,7 @@ RunRecords run_serving_loop(Scheduler& scheduler, Executor& executor, Clock& clo
   records.num_iterations = iteration;
   records.preemptions = scheduler.num_preemptions();
   records.peak_kv_blocks = scheduler.kv().peak_used();
+  records.prefix_cache.evicted_blocks = scheduler.kv().evicted_blocks();
   return records;
 }
 

@@ -35,7 +35,9 @@ nlohmann::json scheduler_to_json(const SchedulerConfig& c, double gpu_memory_uti
           {"max_model_len", c.max_model_len},
           {"watermark", c.watermark},
           {"num_speculative_tokens", c.num_speculative_tokens},
-          {"speculative_disable_by_batch_size", c.speculative_disable_by_batch_size}};
+          {"speculative_disable_by_batch_size", c.speculative_disable_by_batch_size},
+          {"enable_prefix_caching", c.enable_prefix_caching},
+          {"scheduling_policy", to_string(c.waiting_order)}};
 }
 
 nlohmann::json workload_to_json(const WorkloadSpec& w) {

@@ -7,6 +7,8 @@
 #include <span>
 #include <vector>
 
+#include "sim/token_identity.h"
+
 namespace servesim {
 
 // One sequence's share of an iteration. Its new query tokens are packed with
@@ -17,8 +19,12 @@ struct ScheduledSequence {
   // New tokens computed this iteration: a prefill chunk, 1 for a decode, or
   // k+1 for a speculative verification.
   int32_t num_query_tokens = 0;
-  // Tokens whose K and V are already in the cache before this iteration.
+  // Tokens whose K and V are already in the cache before this iteration,
+  // prefix-cache hits included.
   int32_t num_cached_tokens = 0;
+  // Of those, the tokens this iteration's admission found in the prefix
+  // cache (0 unless the sequence was admitted in this iteration).
+  int32_t prefix_hit_tokens = 0;
   // True while the sequence is (re)computing its prompt; false once decoding.
   bool is_prefill = false;
   // True when the iteration ends with a sampled token for this sequence: the
@@ -32,6 +38,10 @@ struct ScheduledSequence {
   // block manager and valid until the next schedule() call. They cover at
   // least num_cached_tokens + num_query_tokens tokens.
   std::span<const int32_t> block_table;
+  // Which tokens the sequence holds (nullptr: no identity), for a real
+  // executor to draw the same token ids wherever two prompts share a
+  // prefix. Valid as long as block_table.
+  const TokenIdentity* tokens = nullptr;
 };
 
 struct IterationPlan {
@@ -45,6 +55,7 @@ struct IterationPlan {
   int32_t num_decode_sequences = 0;
   int32_t num_sampling_sequences = 0;
   int32_t num_sample_rows = 0;  // rows through the LM head: sum of num_sample_rows
+  int32_t num_prefix_hit_tokens = 0;  // sum of prefix_hit_tokens
 
   bool empty() const { return sequences.empty(); }
   int32_t num_tokens() const { return num_prefill_tokens + num_decode_tokens; }
@@ -52,6 +63,7 @@ struct IterationPlan {
     sequences.clear();
     num_prefill_tokens = num_decode_tokens = 0;
     num_prefill_sequences = num_decode_sequences = num_sampling_sequences = num_sample_rows = 0;
+    num_prefix_hit_tokens = 0;
   }
   // Appends `item`; a sampling item that names no sample rows samples one.
   void add(const ScheduledSequence& item) {
@@ -67,6 +79,7 @@ struct IterationPlan {
     }
     if (s.samples) ++num_sampling_sequences;
     num_sample_rows += s.num_sample_rows;
+    num_prefix_hit_tokens += s.prefix_hit_tokens;
   }
 };
 

@@ -49,6 +49,19 @@ void MetricsRecorder::on_preempted(int64_t id) {
   records_.preemptions += 1;
 }
 
+void MetricsRecorder::on_prefix_cache_lookup(int64_t id, int32_t query_tokens, int32_t hit_tokens,
+                                             bool readmission) {
+  PrefixCacheCounts& c = records_.prefix_cache;
+  if (readmission) {
+    c.preempted_queries_tokens += query_tokens;
+    c.preempted_hits_tokens += hit_tokens;
+    return;
+  }
+  c.queries_tokens += query_tokens;
+  c.hits_tokens += hit_tokens;
+  records_.requests[size_t(id)].cached_tokens = hit_tokens;
+}
+
 double request_tpot_s(const RequestRecord& r) {
   if (!r.completed() || r.tokens_emitted < 2) return -1;
   return (r.last_token_s - r.first_token_s) / double(r.tokens_emitted - 1);
@@ -107,6 +120,9 @@ RunSummary summarize_run(RunRecords& records, const SloTargets& slo) {
   s.iterations = records.num_iterations;
   s.peak_kv_blocks = records.peak_kv_blocks;
   s.num_gpu_blocks = records.num_gpu_blocks;
+  s.prefix_cache = records.prefix_cache;
+  if (records.prefix_cache.queries_tokens > 0)
+    s.prefix_cache_hit_rate = double(records.prefix_cache.hits_tokens) / double(records.prefix_cache.queries_tokens);
   s.peak_kv_utilization =
       records.num_gpu_blocks > 0 ? double(records.peak_kv_blocks) / double(records.num_gpu_blocks) : 0;
   double tokens = 0, seqs = 0;

@@ -32,6 +32,9 @@ struct RequestRecord {
   int32_t tokens_emitted = 0;
   int32_t emissions = 0;
   int32_t preemptions = 0;
+  // Prompt tokens found in the prefix cache at its first admission (vLLM's
+  // num_cached_tokens); a readmission after preemption does not change it.
+  int32_t cached_tokens = 0;
   int32_t rejection = -1;  // index into RunRecords::rejection_reasons, -1 if accepted
 
   bool submitted() const { return arrival_s >= 0; }
@@ -48,8 +51,17 @@ struct IterationRecord {
   int32_t prefill_sequences = 0;
   int32_t decode_sequences = 0;
   int32_t sampled_sequences = 0;
+  int32_t prefix_hit_tokens = 0;  // tokens admissions found in the prefix cache
   int64_t kv_blocks_used = 0;  // after the iteration's allocations
   int32_t waiting = 0;         // queue length when it was scheduled
+};
+
+// vLLM's prefix_cache_queries / prefix_cache_hits, in tokens, counted at
+// admission; preempted requests' readmissions apart.
+struct PrefixCacheCounts {
+  int64_t queries_tokens = 0, hits_tokens = 0;
+  int64_t preempted_queries_tokens = 0, preempted_hits_tokens = 0;
+  int64_t evicted_blocks = 0;  // cached blocks whose slot was reused
 };
 
 struct RunRecords {
@@ -62,6 +74,7 @@ struct RunRecords {
   int64_t peak_kv_blocks = 0;
   int64_t num_gpu_blocks = 0;
   int32_t block_size = 0;
+  PrefixCacheCounts prefix_cache;
   double end_s = 0;  // clock when the last request finished
 };
 
@@ -77,6 +90,7 @@ class MetricsRecorder final : public SchedulerListener {
   void on_tokens(int64_t id, int32_t tokens) override;
   void on_finished(int64_t id) override;
   void on_preempted(int64_t id) override;
+  void on_prefix_cache_lookup(int64_t id, int32_t query_tokens, int32_t hit_tokens, bool readmission) override;
 
   // Requests finished since the last call (closed-loop arrivals follow them).
   int64_t take_finished() {
@@ -112,6 +126,9 @@ struct RunSummary {
   int64_t iterations = 0;
   int64_t peak_kv_blocks = 0, num_gpu_blocks = 0;
   double peak_kv_utilization = 0;
+  PrefixCacheCounts prefix_cache;
+  // hits / queries of first admissions; unset when nothing was looked up.
+  std::optional<double> prefix_cache_hit_rate;
   double mean_batch_tokens = 0, mean_batch_sequences = 0;
   std::vector<std::pair<std::string, int64_t>> rejections;  // reason, count
 };

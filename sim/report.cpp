@@ -86,6 +86,13 @@ nlohmann::json summary_to_json(const RunSummary& s, const SloTargets& slo,
   j["kv_cache"] = {{"num_gpu_blocks", s.num_gpu_blocks},
                    {"peak_blocks_used", s.peak_kv_blocks},
                    {"peak_utilization", s.peak_kv_utilization}};
+  const PrefixCacheCounts& pc = s.prefix_cache;
+  j["prefix_cache"] = {{"queries_tokens", pc.queries_tokens},
+                       {"hits_tokens", pc.hits_tokens},
+                       {"hit_rate", s.prefix_cache_hit_rate ? nlohmann::json(*s.prefix_cache_hit_rate) : nullptr},
+                       {"preempted_queries_tokens", pc.preempted_queries_tokens},
+                       {"preempted_hits_tokens", pc.preempted_hits_tokens},
+                       {"evicted_blocks", pc.evicted_blocks}};
   j["config"] = config;
   return j;
 }
@@ -95,18 +102,18 @@ void write_requests_csv(const std::string& path, const RunRecords& records) {
   fmt::format_to(std::back_inserter(out.buffer()),
                  "id,status,arrival_s,prompt_tokens,output_tokens,first_scheduled_s,first_token_s,"
                  "last_token_s,finish_s,ttft_s,tpot_s,e2e_s,queueing_s,tokens_emitted,emissions,"
-                 "preemptions,rejection_reason\n");
+                 "preemptions,cached_tokens,rejection_reason\n");
   for (const RequestRecord& r : records.requests) {
     if (!r.submitted()) continue;
     const char* status = r.rejected() ? "rejected" : r.completed() ? "completed" : "unfinished";
     const bool done = r.completed();
-    fmt::format_to(std::back_inserter(out.buffer()), "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+    fmt::format_to(std::back_inserter(out.buffer()), "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
                    r.id, status, r.arrival_s, r.prompt_tokens, r.output_tokens,
                    cell(r.first_scheduled_s), cell(r.first_token_s), cell(r.last_token_s),
                    cell(r.finish_s), done ? cell(r.first_token_s - r.arrival_s) : "",
                    cell(request_tpot_s(r)), done ? cell(r.finish_s - r.arrival_s) : "",
                    r.first_scheduled_s >= 0 ? cell(r.first_scheduled_s - r.arrival_s) : "",
-                   r.tokens_emitted, r.emissions, r.preemptions,
+                   r.tokens_emitted, r.emissions, r.preemptions, r.cached_tokens,
                    r.rejected() ? "\"" + records.rejection_reasons[size_t(r.rejection)] + "\"" : "");
     out.flush_if_large();
   }
@@ -117,13 +124,13 @@ void write_iterations_csv(const std::string& path, const RunRecords& records) {
   CsvWriter out(path);
   fmt::format_to(std::back_inserter(out.buffer()),
                  "index,kind,start_s,duration_s,prefill_tokens,decode_tokens,prefill_sequences,"
-                 "decode_sequences,sampled_sequences,kv_blocks_used,waiting\n");
+                 "decode_sequences,sampled_sequences,prefix_hit_tokens,kv_blocks_used,waiting\n");
   for (const IterationRecord& it : records.iterations) {
     const char* kind = it.prefill_sequences == 0 ? "decode" : it.decode_sequences == 0 ? "prefill" : "mixed";
-    fmt::format_to(std::back_inserter(out.buffer()), "{},{},{},{},{},{},{},{},{},{},{}\n", it.index,
+    fmt::format_to(std::back_inserter(out.buffer()), "{},{},{},{},{},{},{},{},{},{},{},{}\n", it.index,
                    kind, it.start_s, it.duration_s, it.prefill_tokens, it.decode_tokens,
                    it.prefill_sequences, it.decode_sequences, it.sampled_sequences,
-                   it.kv_blocks_used, it.waiting);
+                   it.prefix_hit_tokens, it.kv_blocks_used, it.waiting);
     out.flush_if_large();
   }
   out.flush();
@@ -162,6 +169,10 @@ std::string format_summary_table(const RunSummary& s, const std::string& title) 
   t += "\n";
   t += fmt::format("  KV cache   peak {} of {} blocks ({:.1f}%)\n", s.peak_kv_blocks, s.num_gpu_blocks,
                    s.peak_kv_utilization * 100);
+  if (s.prefix_cache_hit_rate)
+    t += fmt::format("  prefix     hit rate {:.1f}% ({} of {} prompt tokens cached), {} blocks evicted\n",
+                     *s.prefix_cache_hit_rate * 100, s.prefix_cache.hits_tokens, s.prefix_cache.queries_tokens,
+                     s.prefix_cache.evicted_blocks);
   t += fmt::format("  {:<10} {:>10} {:>10} {:>10} {:>10} {:>10}   (ms)\n", "", "mean", "p50", "p90",
                    "p95", "p99");
   auto row = [&](const char* name, const Distribution& d) {

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "sim/block_hashes.h"
 #include "sim/errors.h"
 
 namespace servesim {
@@ -25,6 +26,16 @@ std::string to_string(SchedulerPolicy p) {
     case SchedulerPolicy::Chunked: return "chunked";
   }
   return "?";
+}
+
+WaitingOrder parse_waiting_order(const std::string& name) {
+  if (name == "fcfs") return WaitingOrder::Fcfs;
+  if (name == "lpm") return WaitingOrder::LongestPrefixMatch;
+  throw InputError(fmt::format("--scheduling-policy: '{}' is not one of fcfs, lpm", name));
+}
+
+std::string to_string(WaitingOrder o) {
+  return o == WaitingOrder::Fcfs ? "fcfs" : "lpm";
 }
 
 void SchedulerConfig::validate() const {
@@ -100,17 +111,70 @@ std::optional<std::string> Scheduler::add_request(const Request& r) {
   s.request_id = r.id;
   s.prompt_tokens = r.prompt_tokens;
   s.output_tokens = r.output_tokens;
+  s.tokens = r.tokens;
   waiting_.push_back(slot);
   return std::nullopt;
 }
 
+int32_t Scheduler::find_prefix_hit(Sequence& s) {
+  hit_.clear();
+  if (!uses_prefix_cache(s) || s.computed > 0 || !s.blocks.empty()) return 0;
+  // vLLM's get_computed_blocks: the longest run of cached full blocks, but
+  // at most (num_tokens - 1) / block_size of them, so that at least one
+  // token is computed and yields the logits to sample from.
+  extend_block_keys(s.tokens, s.total(), kv_.block_size(), s.block_keys);
+  const int64_t max_blocks = (int64_t(s.total()) - 1) / kv_.block_size();
+  kv_.find_cached_prefix(s.block_keys, max_blocks, hit_);
+  return int32_t(int64_t(hit_.size()) * kv_.block_size());
+}
+
 bool Scheduler::admission_fits(const Sequence& s, int64_t tokens) const {
-  const int64_t need = kv_.blocks_for(tokens) - int64_t(s.blocks.size());
-  return kv_.num_free() - need >= watermark_blocks_;
+  // Hit blocks nobody holds sit in the free queue: taking them uses up free
+  // blocks as a new allocation does (vLLM's allocate_slots counts them as
+  // num_evictable_computed_blocks).
+  const int64_t need = kv_.blocks_for(tokens) - int64_t(s.blocks.size()) - int64_t(hit_.size());
+  return kv_.num_free() - kv_.count_free(hit_) - need >= watermark_blocks_;
+}
+
+void Scheduler::take_prefix_hit(Sequence& s, SchedulerListener& listener) {
+  if (!uses_prefix_cache(s)) return;
+  const int32_t hit_tokens = int32_t(int64_t(hit_.size()) * kv_.block_size());
+  kv_.take_cached(hit_, s.blocks);
+  s.computed = hit_tokens;
+  s.cached_blocks = int32_t(hit_.size());
+  listener.on_prefix_cache_lookup(s.request_id, s.total(), hit_tokens, s.ever_scheduled);
+  hit_.clear();
+}
+
+void Scheduler::cache_full_blocks(Sequence& s, int64_t tokens) {
+  if (!uses_prefix_cache(s)) return;
+  // Only tokens the sequence holds: a speculative step's drafts are not
+  // known yet (vLLM caches min(computed + new, num_tokens)).
+  const int64_t full = std::min<int64_t>(tokens, s.total()) / kv_.block_size();
+  if (full <= s.cached_blocks) return;
+  extend_block_keys(s.tokens, full * kv_.block_size(), kv_.block_size(), s.block_keys);
+  for (int64_t k = s.cached_blocks; k < full; ++k) kv_.cache(s.blocks[size_t(k)], s.block_keys[size_t(k)]);
+  s.cached_blocks = int32_t(full);
+}
+
+void Scheduler::order_waiting_by_prefix_match() {
+  if (config_.waiting_order != WaitingOrder::LongestPrefixMatch || waiting_.size() < 2 ||
+      waiting_.size() > kLpmMaxWaiting || !config_.enable_prefix_caching)
+    return;
+  // Preempted sequences keep their place at the front; the rest are ordered
+  // by cached tokens, most first, ties by arrival (a stable sort).
+  auto first_new = std::find_if(waiting_.begin(), waiting_.end(),
+                                [&](int32_t slot) { return !slots_[size_t(slot)].ever_scheduled; });
+  std::vector<std::pair<int32_t, int32_t>> keyed;  // (hit tokens, slot)
+  for (auto it = first_new; it != waiting_.end(); ++it) keyed.emplace_back(find_prefix_hit(slots_[size_t(*it)]), *it);
+  hit_.clear();
+  std::stable_sort(keyed.begin(), keyed.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  auto out = first_new;
+  for (const auto& k : keyed) *out++ = k.second;
 }
 
 void Scheduler::add_to_plan(IterationPlan& plan, int32_t slot, int32_t query_tokens,
-                            SchedulerListener& listener) {
+                            SchedulerListener& listener, int32_t prefix_hit_tokens) {
   Sequence& s = slots_[size_t(slot)];
   if (!s.ever_scheduled) {
     s.ever_scheduled = true;
@@ -126,14 +190,21 @@ void Scheduler::add_to_plan(IterationPlan& plan, int32_t slot, int32_t query_tok
   item.samples = s.computed + query_tokens >= s.total();
   item.num_sample_rows = !item.samples ? 0 : item.is_prefill ? 1 : query_tokens;
   item.block_table = std::span<const int32_t>(s.blocks);
+  item.prefix_hit_tokens = prefix_hit_tokens;
+  item.tokens = s.tokens.empty() ? nullptr : &s.tokens;
   plan.add(item);
   planned_slots_.push_back(slot);
+  // Cached when scheduled, as vLLM does: a prompt admitted later in this
+  // step may reuse blocks this step computes, since every layer writes the
+  // whole batch's K and V before any attention reads them.
+  cache_full_blocks(s, int64_t(s.computed) + query_tokens);
 }
 
 void Scheduler::preempt(int32_t slot, SchedulerListener& listener) {
   Sequence& s = slots_[size_t(slot)];
   kv_.release(s.blocks);
   s.computed = 0;  // recompute: prompt and generated tokens are prefilled again
+  s.cached_blocks = 0;  // its keys stay: a readmission may find its own blocks
   ++preemptions_;
   listener.on_preempted(s.request_id);
   auto it = std::find(running_.begin(), running_.end(), slot);
@@ -184,14 +255,32 @@ void Scheduler::schedule_static(IterationPlan& plan, SchedulerListener& listener
     // Form the next batch: FCFS, up to max_num_seqs, prompts within the token
     // budget, each with blocks reserved for its whole lifetime.
     int64_t tokens = 0;
+    order_waiting_by_prefix_match();
+    std::vector<int32_t> hit_tokens_of;  // per running_ entry admitted now
     while (!waiting_.empty() && running_.size() < size_t(config_.max_num_seqs)) {
       Sequence& s = slots_[size_t(waiting_.front())];
-      if (tokens + s.remaining() > config_.max_num_batched_tokens) break;
-      if (!kv_.grow_to(s.blocks, int64_t(s.prompt_tokens) + s.output_tokens)) break;
+      const int32_t hit = find_prefix_hit(s);
+      if (tokens + s.remaining() - hit > config_.max_num_batched_tokens) break;
+      const int64_t lifetime = int64_t(s.prompt_tokens) + s.output_tokens;
+      // No watermark: nobody joins a running static batch.
+      if (kv_.num_free() - kv_.count_free(hit_) < kv_.blocks_for(lifetime) - int64_t(hit_.size())) break;
+      take_prefix_hit(s, listener);
+      kv_.grow_to(s.blocks, lifetime);
       tokens += s.remaining();
       running_.push_back(waiting_.front());
       waiting_.pop_front();
+      hit_tokens_of.push_back(hit);
     }
+    hit_.clear();
+    // Those admitted now come last in running_; their plan items carry their hits.
+    const size_t first_admitted = running_.size() - hit_tokens_of.size();
+    for (size_t i = 0; i < running_.size(); ++i) {
+      const Sequence& s = slots_[size_t(running_[i])];
+      const int32_t query = s.in_prefill() ? s.remaining()
+                                           : 1 + speculative_drafts(s, std::numeric_limits<int32_t>::max());
+      add_to_plan(plan, running_[i], query, listener, i >= first_admitted ? hit_tokens_of[i - first_admitted] : 0);
+    }
+    return;
   }
   // Blocks for the whole lifetime are reserved, so drafts always fit.
   for (int32_t slot : running_) {
@@ -204,18 +293,22 @@ void Scheduler::schedule_static(IterationPlan& plan, SchedulerListener& listener
 
 void Scheduler::schedule_continuous(IterationPlan& plan, SchedulerListener& listener) {
   // Prefills first: admit waiting prompts FCFS while they fit.
+  order_waiting_by_prefix_match();
   int64_t tokens = 0;
   while (!waiting_.empty() && running_.size() < size_t(config_.max_num_seqs)) {
     const int32_t slot = waiting_.front();
     Sequence& s = slots_[size_t(slot)];
-    if (tokens + s.remaining() > config_.max_num_batched_tokens) break;
+    const int32_t hit = find_prefix_hit(s);
+    if (tokens + s.remaining() - hit > config_.max_num_batched_tokens) break;
     if (!admission_fits(s, s.total())) break;
+    take_prefix_hit(s, listener);
     kv_.grow_to(s.blocks, s.total());
     tokens += s.remaining();
     waiting_.pop_front();
     running_.push_back(slot);
-    add_to_plan(plan, slot, s.remaining(), listener);
+    add_to_plan(plan, slot, s.remaining(), listener, hit);
   }
+  hit_.clear();
   if (!plan.empty()) return;  // prefill-only iteration
 
   // Otherwise every running sequence decodes one token (or verifies drafts).
@@ -256,18 +349,22 @@ void Scheduler::schedule_chunked(IterationPlan& plan, SchedulerListener& listene
     //    preemption freed go to the running sequences, and the preempted
     //    one is not readmitted at once), unless nothing runs at all.
     const bool preempted = preemptions_ > preemptions_before;
+    if (!preempted || running_.empty()) order_waiting_by_prefix_match();
     while (budget > 0 && !waiting_.empty() && running_.size() < size_t(config_.max_num_seqs) &&
            (!preempted || running_.empty())) {
       const int32_t slot = waiting_.front();
       Sequence& s = slots_[size_t(slot)];
-      const int64_t chunk = std::min(int64_t(s.remaining()), budget);
-      if (!admission_fits(s, s.computed + chunk)) break;
+      const int32_t hit = find_prefix_hit(s);
+      const int64_t chunk = std::min(int64_t(s.remaining()) - hit, budget);
+      if (!admission_fits(s, int64_t(hit) + chunk)) break;
+      take_prefix_hit(s, listener);
       kv_.grow_to(s.blocks, s.computed + chunk);
       waiting_.pop_front();
       running_.push_back(slot);
-      add_to_plan(plan, slot, int32_t(chunk), listener);
+      add_to_plan(plan, slot, int32_t(chunk), listener, hit);
       budget -= chunk;
     }
+    hit_.clear();
     if (!plan.empty() || running_.empty()) return;
     // Every running sequence is a prefill stuck without blocks: free the
     // newest one's blocks so the others can go on.

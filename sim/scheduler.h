@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "sim/iteration_plan.h"
-#include "sim/kv_block_manager.h"
+#include "sim/kv_block_pool.h"
 #include "sim/request.h"
 
 namespace servesim {
@@ -33,6 +33,23 @@ enum class SchedulerPolicy {
 SchedulerPolicy parse_scheduler_policy(const std::string& name);  // InputError if unknown
 std::string to_string(SchedulerPolicy p);
 
+// The order in which waiting requests are considered for admission.
+enum class WaitingOrder {
+  // First come, first served; preempted sequences go back to the front
+  // (vLLM's fcfs).
+  Fcfs,
+  // Longest prefix match first: before each step's admissions the waiting
+  // requests are ordered by how many of their tokens the prefix cache holds
+  // (SGLang's lpm), preempted sequences still first. Falls back to FCFS
+  // while more than kLpmMaxWaiting wait, as SGLang does, so a long queue
+  // costs no lookups.
+  LongestPrefixMatch,
+};
+inline constexpr size_t kLpmMaxWaiting = 128;
+
+WaitingOrder parse_waiting_order(const std::string& name);  // InputError if unknown
+std::string to_string(WaitingOrder o);
+
 struct SchedulerConfig {
   SchedulerPolicy policy = SchedulerPolicy::Chunked;
   int32_t max_num_seqs = 256;            // vLLM's default
@@ -50,6 +67,11 @@ struct SchedulerConfig {
   // No speculation (k' = 0) in an iteration that starts with at least this
   // many running sequences (vLLM's disable_by_batch_size); 0 = never.
   int32_t speculative_disable_by_batch_size = 0;
+  // Automatic prefix caching (vLLM V1's, on by default there too): full
+  // blocks are kept by content and a new prompt reuses those its prefix
+  // matches. Requests without token identity take no part.
+  bool enable_prefix_caching = true;
+  WaitingOrder waiting_order = WaitingOrder::Fcfs;
 
   // Throws InputError naming the flag of the first bad value.
   void validate() const;
@@ -67,6 +89,15 @@ class SchedulerListener {
   virtual void on_finished(int64_t request_id) = 0;
   // Its KV blocks were taken back; it will recompute prompt + generated tokens.
   virtual void on_preempted(int64_t request_id) = 0;
+  // A request with token identity was admitted with the prefix cache on: of
+  // its `query_tokens` tokens (prompt, plus the generated ones when it was
+  // preempted), the first `hit_tokens` were found in the cache. Counted at
+  // each admission (vLLM's prefix_cache_queries / prefix_cache_hits);
+  // `readmission` tells a preempted request's from a first one.
+  virtual void on_prefix_cache_lookup(int64_t request_id, int32_t query_tokens, int32_t hit_tokens,
+                                      bool readmission) {
+    (void)request_id, (void)query_tokens, (void)hit_tokens, (void)readmission;
+  }
 };
 
 class Scheduler {
@@ -74,7 +105,7 @@ class Scheduler {
   explicit Scheduler(const SchedulerConfig& config);
 
   const SchedulerConfig& config() const { return config_; }
-  const KvBlockManager& kv() const { return kv_; }
+  const KvBlockPool& kv() const { return kv_; }
 
   // Queues a request that has arrived. Returns the reason when it can never
   // be served (too long for the model or for the whole KV cache, or for one
@@ -106,6 +137,9 @@ class Scheduler {
     bool ever_scheduled = false;
     bool finished = false;
     std::vector<int32_t> blocks;
+    TokenIdentity tokens;             // empty: no identity, no prefix caching
+    std::vector<uint64_t> block_keys; // prefix-cache key of each full block so far
+    int32_t cached_blocks = 0;        // blocks[0 .. cached_blocks) hold their key
     // Tokens the sequence holds: prompt, then every generated token. Its KV
     // is complete when computed == total() - 1 (the newest token is the next
     // decode's query) or, during a prefill, grows to total().
@@ -117,9 +151,23 @@ class Scheduler {
   int32_t new_slot();
   void free_slot(int32_t slot);
   void add_to_plan(IterationPlan& plan, int32_t slot, int32_t query_tokens,
-                   SchedulerListener& listener);
+                   SchedulerListener& listener, int32_t prefix_hit_tokens = 0);
   void preempt(int32_t slot, SchedulerListener& listener);
+
+  // Admission of a waiting sequence (s.computed == 0), in three steps:
+  // look its prefix up (hit_ holds the blocks; returns the tokens they
+  // cover), check that `tokens` tokens fit, then take the hit blocks and
+  // report the lookup.
+  bool uses_prefix_cache(const Sequence& s) const {
+    return config_.enable_prefix_caching && !s.tokens.empty();
+  }
+  int32_t find_prefix_hit(Sequence& s);
   bool admission_fits(const Sequence& s, int64_t tokens) const;
+  void take_prefix_hit(Sequence& s, SchedulerListener& listener);
+  // Gives the blocks that the first `tokens` tokens fill their keys, so
+  // later prompts (in this very step too) can find them.
+  void cache_full_blocks(Sequence& s, int64_t tokens);
+  void order_waiting_by_prefix_match();
 
   void schedule_static(IterationPlan& plan, SchedulerListener& listener);
   void schedule_continuous(IterationPlan& plan, SchedulerListener& listener);
@@ -134,12 +182,13 @@ class Scheduler {
   bool reserve_decode_slot(size_t i, int32_t& query_tokens, SchedulerListener& listener);
 
   SchedulerConfig config_;
-  KvBlockManager kv_;
+  KvBlockPool kv_;
   std::vector<Sequence> slots_;  // sequence storage, reused to keep block vectors' capacity
   std::vector<int32_t> free_slots_;
   std::deque<int32_t> waiting_;  // FCFS; preempted sequences go back to the front
   std::vector<int32_t> running_; // admission order: the last one is preempted first
   std::vector<int32_t> planned_slots_;  // slot of each sequence in the current plan
+  std::vector<int32_t> hit_;  // blocks of the last find_prefix_hit
   int64_t watermark_blocks_ = 0;
   bool speculate_this_iteration_ = false;  // k > 0 and not disabled by batch size
   int64_t preemptions_ = 0;

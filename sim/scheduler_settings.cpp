@@ -18,6 +18,8 @@ SchedulerConfig resolve_scheduler_config(const SchedulerSettings& s, const Model
   c.block_size = s.block_size;
   c.num_speculative_tokens = s.num_speculative_tokens;
   c.speculative_disable_by_batch_size = s.speculative_disable_by_batch_size;
+  c.enable_prefix_caching = s.enable_prefix_caching;
+  c.waiting_order = s.waiting_order;
   c.max_model_len = s.max_model_len.value_or(model.max_position_embeddings);
   if (c.max_model_len > model.max_position_embeddings)
     throw InputError(fmt::format("--max-model-len {} exceeds {}'s max_position_embeddings {}",

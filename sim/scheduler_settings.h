@@ -29,6 +29,9 @@ struct SchedulerSettings {
   // Speculative decoding (SchedulerConfig).
   int32_t num_speculative_tokens = 0;
   int32_t speculative_disable_by_batch_size = 0;
+  // Prefix caching (SchedulerConfig).
+  bool enable_prefix_caching = true;
+  WaitingOrder waiting_order = WaitingOrder::Fcfs;
 };
 
 // With `draft`, the KV capacity rule counts its weights and KV (kv_capacity.h).

@@ -11,12 +11,8 @@
 namespace servesim {
 
 DecoderExecutor::DecoderExecutor(std::unique_ptr<DecoderModel> model, const DecoderExecutorOptions& options)
-    : model_(std::move(model)), options_(options) {
+    : model_(std::move(model)), options_(options), prompt_tokens_(options.prompt_seed, model_->spec().vocab_size) {
   options_.sampling.validate();
-}
-
-int32_t DecoderExecutor::prompt_token(int64_t request_id, int64_t position) const {
-  return prompt_token_id(options_.prompt_seed, model_->spec().vocab_size, request_id, position);
 }
 
 const std::vector<int32_t>* DecoderExecutor::tokens_of(int64_t request_id) const {
@@ -37,7 +33,7 @@ void DecoderExecutor::execute(const IterationPlan& plan, IterationResult& result
     const int64_t end = int64_t(item.num_cached_tokens) + item.num_query_tokens;
     // Positions not seen before are prompt positions: the scheduler only
     // asks for a generated token's position after we have sampled it.
-    while (int64_t(tokens.size()) < end) tokens.push_back(prompt_token(item.request_id, int64_t(tokens.size())));
+    prompt_tokens_.fill(item, tokens, end);
     layout_.add_sequence(std::span<const int32_t>(tokens).subspan(size_t(item.num_cached_tokens),
                                                                    size_t(item.num_query_tokens)),
                          item.num_cached_tokens, item.block_table, item.samples);
@@ -69,6 +65,7 @@ void DecoderExecutor::execute(const IterationPlan& plan, IterationResult& result
     if (!item.samples) continue;
     const int32_t token = chosen_[row++];
     tokens_[item.request_id].push_back(token);
+    prompt_tokens_.record_output(item, token);
     if (keep_outputs_) outputs_[item.request_id].push_back(token);
     if (options_.honor_eos && token == model_->spec().eos_token_id) result.finished[i] = 1;
   }

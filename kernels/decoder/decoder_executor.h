@@ -1,7 +1,8 @@
 // The real executor: serves each IterationPlan with a built-in decoder and
 // reports the wall time it took. It keeps every live request's tokens
-// (prompt ids drawn from a seed, then the sampled ones) and nothing else:
-// which sequences run, and with which KV blocks, is the scheduler's choice.
+// (prompt ids from its token identity or a seed, then the sampled ones) and
+// nothing else: which sequences run, and with which KV blocks -- prefix-cache
+// hits included, whose KV an earlier request wrote -- is the scheduler's choice.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "kernels/decoder/decoder_model.h"
+#include "kernels/decoder/prompt_tokens.h"
 #include "kernels/decoder/sampler.h"
 #include "sim/executor.h"
 
@@ -17,7 +19,7 @@ namespace servesim {
 
 struct DecoderExecutorOptions {
   SamplingParams sampling;
-  uint64_t prompt_seed = 0;  // prompt token ids are a hash of (seed, request, position)
+  uint64_t prompt_seed = 0;  // prompt token ids are a hash of (seed, source or request, position)
   bool honor_eos = false;    // stop a request at the model's eos_token_id
 };
 
@@ -35,11 +37,15 @@ class DecoderExecutor final : public Executor {
   // Every token a request ever generated, kept after it finishes when asked.
   void keep_outputs(bool keep) { keep_outputs_ = keep; }
   const std::unordered_map<int64_t, std::vector<int32_t>>& outputs() const { return outputs_; }
-  int32_t prompt_token(int64_t request_id, int64_t position) const;
+  // The prompt token at `position` of a request without token identity.
+  int32_t prompt_token(int64_t request_id, int64_t position) const {
+    return prompt_tokens_.of_request(request_id, position);
+  }
 
  private:
   std::unique_ptr<DecoderModel> model_;
   DecoderExecutorOptions options_;
+  PromptTokens prompt_tokens_;
   std::unordered_map<int64_t, std::vector<int32_t>> tokens_;
   bool keep_outputs_ = false;
   std::unordered_map<int64_t, std::vector<int32_t>> outputs_;

@@ -24,6 +24,7 @@ SpeculativeExecutor::SpeculativeExecutor(std::unique_ptr<DecoderModel> target, s
     : target_(std::move(target)),
       draft_(std::move(draft)),
       options_(options),
+      prompt_tokens_(options.decoding.prompt_seed, target_->spec().vocab_size),
       stats_(options.num_speculative_tokens) {
   options_.decoding.sampling.validate();
   if (target_->spec().vocab_size != draft_->spec().vocab_size)
@@ -41,10 +42,6 @@ std::string SpeculativeExecutor::name() const {
   return fmt::format("speculative decoder on {} (draft {})", target_->device(), draft_->spec().name);
 }
 
-int32_t SpeculativeExecutor::prompt_token(int64_t request_id, int64_t position) const {
-  return prompt_token_id(options_.decoding.prompt_seed, target_->spec().vocab_size, request_id, position);
-}
-
 const std::vector<int32_t>* SpeculativeExecutor::tokens_of(int64_t request_id) const {
   auto it = live_.find(request_id);
   return it == live_.end() ? nullptr : &it->second.tokens;
@@ -57,13 +54,6 @@ std::optional<int32_t> SpeculativeExecutor::draft_cached_of(int64_t request_id) 
 }
 
 void SpeculativeExecutor::on_request_finished(int64_t request_id) { live_.erase(request_id); }
-
-void SpeculativeExecutor::fill_prompt(int64_t request_id, Live& live, int64_t end) const {
-  // Positions not seen before are prompt positions: the scheduler only asks
-  // for a generated token's position after it was emitted.
-  while (int64_t(live.tokens.size()) < end)
-    live.tokens.push_back(prompt_token(request_id, int64_t(live.tokens.size())));
-}
 
 void SpeculativeExecutor::run_draft_passes(const IterationPlan& plan) {
   plan_draft_passes(plan, draft_cached_, passes_);
@@ -139,7 +129,9 @@ void SpeculativeExecutor::execute(const IterationPlan& plan, IterationResult& re
     items_[i] = &live;  // unordered_map nodes stay put as others are added
     item_of_[item.request_id] = i;
     if (item.is_prefill) {
-      fill_prompt(item.request_id, live, int64_t(item.num_cached_tokens) + item.num_query_tokens);
+      // Positions not seen before are prompt positions: the scheduler only
+      // asks for a generated token's position after it was emitted.
+      prompt_tokens_.fill(item, live.tokens, int64_t(item.num_cached_tokens) + item.num_query_tokens);
       draft_cached_[i] = item.num_cached_tokens;  // the draft prefills the same chunk
       continue;
     }
@@ -190,6 +182,7 @@ void SpeculativeExecutor::execute(const IterationPlan& plan, IterationResult& re
     // With --honor-eos a request ends at its first EOS, even mid-step.
     for (const int32_t token : v.tokens) {
       live.tokens.push_back(token);
+      prompt_tokens_.record_output(item, token);
       if (keep_outputs_) outputs_[item.request_id].push_back(token);
       ++result.emitted_tokens[i];
       if (honor_eos && token == target_->spec().eos_token_id) {

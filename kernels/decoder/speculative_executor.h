@@ -22,6 +22,7 @@
 
 #include "kernels/decoder/decoder_executor.h"
 #include "kernels/decoder/decoder_model.h"
+#include "kernels/decoder/prompt_tokens.h"
 #include "kernels/decoder/speculative_sampling.h"
 #include "sim/executor.h"
 #include "sim/speculative_stats.h"
@@ -58,15 +59,16 @@ class SpeculativeExecutor final : public Executor {
   // Every token a request ever generated, kept after it finishes when asked.
   void keep_outputs(bool keep) { keep_outputs_ = keep; }
   const std::unordered_map<int64_t, std::vector<int32_t>>& outputs() const { return outputs_; }
-  int32_t prompt_token(int64_t request_id, int64_t position) const;
+  // The prompt token at `position` of a request without token identity.
+  int32_t prompt_token(int64_t request_id, int64_t position) const {
+    return prompt_tokens_.of_request(request_id, position);
+  }
 
  private:
   struct Live {
     std::vector<int32_t> tokens;  // prompt, generated; during an iteration also its drafts
     int32_t draft_cached = 0;     // d: tokens in the draft's cache
   };
-  // Extends `live`'s tokens with prompt ids up to `end` positions.
-  void fill_prompt(int64_t request_id, Live& live, int64_t end) const;
   void run_draft_passes(const IterationPlan& plan);
   void build_target_layout(const IterationPlan& plan);  // the verification pass, into layout_
   // Decides item i's acceptance from its logits rows; returns the tokens emitted.
@@ -74,6 +76,7 @@ class SpeculativeExecutor final : public Executor {
 
   std::unique_ptr<DecoderModel> target_, draft_;
   SpeculativeExecutorOptions options_;
+  PromptTokens prompt_tokens_;
   SpeculativeStats stats_;
   std::unordered_map<int64_t, Live> live_;
   bool keep_outputs_ = false;

@@ -145,8 +145,8 @@ TEST_CASE("No speculation while the batch is at --speculative-disable-by-batch-s
   CHECK(d.full_steps > 0);
 }
 
-TEST_CASE("KvBlockManager::shrink_to returns the blocks past the tokens kept", "[speculative][kv]") {
-  KvBlockManager kv(10, 4);
+TEST_CASE("KvBlockPool::shrink_to returns the blocks past the tokens kept", "[speculative][kv]") {
+  KvBlockPool kv(10, 4);
   std::vector<int32_t> table;
   REQUIRE(kv.grow_to(table, 13));  // 4 blocks
   CHECK(kv.num_free() == 6);

@@ -9,16 +9,16 @@
 #include <vector>
 
 #include "sim/errors.h"
-#include "sim/kv_block_manager.h"
+#include "sim/kv_block_pool.h"
 
 using servesim::InputError;
-using servesim::KvBlockManager;
+using servesim::KvBlockPool;
 
 namespace {
 
 // Every id of every table is in range and no id appears twice; the live
 // tables hold exactly the blocks the manager counts as used.
-void check_tables(const KvBlockManager& kv, const std::vector<std::vector<int32_t>>& tables) {
+void check_tables(const KvBlockPool& kv, const std::vector<std::vector<int32_t>>& tables) {
   std::set<int32_t> seen;
   size_t total = 0;
   for (const auto& t : tables) {
@@ -37,7 +37,7 @@ void check_tables(const KvBlockManager& kv, const std::vector<std::vector<int32_
 }  // namespace
 
 TEST_CASE("blocks_for rounds up to whole blocks", "[kv]") {
-  KvBlockManager kv(100, 16);
+  KvBlockPool kv(100, 16);
   CHECK(kv.block_size() == 16);
   CHECK(kv.num_blocks() == 100);
   CHECK(kv.blocks_for(1) == 1);
@@ -50,7 +50,7 @@ TEST_CASE("blocks_for rounds up to whole blocks", "[kv]") {
 }
 
 TEST_CASE("grow_to and release keep the free count in step", "[kv]") {
-  KvBlockManager kv(20, 4);
+  KvBlockPool kv(20, 4);
   CHECK(kv.num_free() == 20);
   CHECK(kv.num_used() == 0);
 
@@ -93,7 +93,7 @@ TEST_CASE("grow_to and release keep the free count in step", "[kv]") {
 }
 
 TEST_CASE("A failed grow_to changes nothing", "[kv]") {
-  KvBlockManager kv(10, 8);
+  KvBlockPool kv(10, 8);
   std::vector<int32_t> a, b;
   REQUIRE(kv.grow_to(a, 8 * 6));  // 6 blocks
   REQUIRE(kv.grow_to(b, 8 * 3));  // 3 blocks: 1 left
@@ -121,7 +121,7 @@ TEST_CASE("A failed grow_to changes nothing", "[kv]") {
 }
 
 TEST_CASE("peak_used is the most blocks ever held at once", "[kv]") {
-  KvBlockManager kv(50, 16);
+  KvBlockPool kv(50, 16);
   std::vector<int32_t> a, b;
   REQUIRE(kv.grow_to(a, 16 * 7));
   REQUIRE(kv.grow_to(b, 16 * 5));
@@ -137,7 +137,7 @@ TEST_CASE("peak_used is the most blocks ever held at once", "[kv]") {
 }
 
 TEST_CASE("Released blocks are handed out again and ids stay unique", "[kv]") {
-  KvBlockManager kv(12, 2);
+  KvBlockPool kv(12, 2);
   std::vector<int32_t> a, b, c;
   REQUIRE(kv.grow_to(a, 2 * 5));
   REQUIRE(kv.grow_to(b, 2 * 7));
@@ -154,7 +154,7 @@ TEST_CASE("Released blocks are handed out again and ids stay unique", "[kv]") {
 
 TEST_CASE("Random grow and release never share or leak a block", "[kv]") {
   const int64_t num_blocks = 64;
-  KvBlockManager kv(num_blocks, 16);
+  KvBlockPool kv(num_blocks, 16);
   std::vector<std::vector<int32_t>> tables(8);
   std::vector<int64_t> tokens(8, 0);
   std::mt19937_64 rng(2024);
@@ -196,9 +196,9 @@ TEST_CASE("Random grow and release never share or leak a block", "[kv]") {
   CHECK(kv.num_free() == num_blocks);
 }
 
-TEST_CASE("KvBlockManager rejects a bad size", "[kv]") {
-  CHECK_THROWS_AS(KvBlockManager(0, 16), InputError);
-  CHECK_THROWS_AS(KvBlockManager(-5, 16), InputError);
-  CHECK_THROWS_AS(KvBlockManager(10, 0), InputError);
-  CHECK_THROWS_AS(KvBlockManager(int64_t(1) << 32, 16), InputError);
+TEST_CASE("KvBlockPool rejects a bad size", "[kv]") {
+  CHECK_THROWS_AS(KvBlockPool(0, 16), InputError);
+  CHECK_THROWS_AS(KvBlockPool(-5, 16), InputError);
+  CHECK_THROWS_AS(KvBlockPool(10, 0), InputError);
+  CHECK_THROWS_AS(KvBlockPool(int64_t(1) << 31, 16), InputError);
 }
