@@ -481,3 +481,21 @@ TEST_CASE("A full calibration times the whole model at every moment, and the hoo
   REQUIRE(p.decode_step_factor.x == std::vector<double>{1, 2, 4});
   for (double f : p.decode_step_factor.factor) CHECK((std::isfinite(f) && f > 0.1 && f < 10));
 }
+
+TEST_CASE("Calibration grids cover a short new tail over a long cached context (prefix-cache hits)", "[prefix]") {
+  // A hit leaves q new tokens over c cached ones with q << c: the prefill
+  // attention table must hold such a cell at the longest context, for every
+  // device and grid size, so the profile model interpolates there.
+  CalibrationOptions o;
+  o.model = resolve_model("small-110m");  // max_position_embeddings 1024
+  for (const char* device : {"cpu", "cuda"})
+    for (bool quick : {false, true}) {
+      INFO(device << (quick ? " quick" : " full"));
+      o.device = device;
+      o.quick = quick;
+      const CalibrationGrids g = calibration_grids(o);
+      CHECK(g.prefill_query.front() <= 16);
+      CHECK(g.prefill_cached.back() == 1023);
+      CHECK(double(g.prefill_cached.back()) / double(g.prefill_query.front()) >= 60);
+    }
+}

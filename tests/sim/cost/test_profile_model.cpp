@@ -436,3 +436,20 @@ TEST_CASE("profile model: the decode-step factor scales whole decode steps only,
   bad["tables"].erase("decode_in_situ");  // an older profile: no curve, factor 1
   CHECK(DeviceProfile::from_json(bad, "test").decode_step_factor.x.empty());
 }
+
+TEST_CASE("profile model: a prefix-cache hit costs GEMMs for the q new tokens and attention for q over c + q",
+          "[prefix]") {
+  const ModelSpec m = tiny_model();
+  ProfileModel model(synthetic_profile(m), m);
+  const double L = 2;
+  // 16 new tokens after 2000 cached (q << c, inside the calibrated grid).
+  IterationPlan hit, fresh;
+  hit.add(seq(0, 16, 2000, true, true));
+  fresh.add(seq(0, 16, 0, true, true));
+  const ProfileBreakdown h = model.breakdown(hit), f = model.breakdown(fresh);
+  CHECK(h.gemm == f.gemm);
+  CHECK(h.elementwise == f.elementwise);
+  CHECK(h.lm_head == f.lm_head);
+  CHECK(rel_close(h.prefill_attention, L * prefill_s(16, 2000), 1e-6));
+  CHECK(h.prefill_attention > f.prefill_attention);
+}

@@ -391,3 +391,22 @@ TEST_CASE("KV capacity: floor((memory x utilization - weights) / block bytes)", 
     CHECK_THROWS_AS(kv_capacity_blocks(m, round_gpu(), 0.5, 0), InputError);
   }
 }
+
+TEST_CASE("A prefix-cache hit: GEMMs cost the q new tokens, attention q queries over c + q keys", "[roofline][prefix]") {
+  RooflineModel m(tiny_model(), round_gpu(), ideal());
+  // 16 new tokens after 4000 cached (a hit) against the same 16 tokens with
+  // nothing cached and against the whole 4016-token prompt.
+  const RooflineBreakdown hit = m.breakdown(plan_of({seq(16, 4000, true, true)}));
+  const RooflineBreakdown fresh = m.breakdown(plan_of({seq(16, 0, true, true)}));
+  const RooflineBreakdown whole = m.breakdown(plan_of({seq(4016, 0, true, true)}));
+  for (auto part : {&RooflineBreakdown::qkv_proj, &RooflineBreakdown::o_proj, &RooflineBreakdown::gate_up_proj,
+                    &RooflineBreakdown::down_proj, &RooflineBreakdown::elementwise, &RooflineBreakdown::lm_head})
+    CHECK(hit.*part == fresh.*part);
+  // Attention: 16 x 4000 + 16 x 17 / 2 query-key pairs, and the K and V of
+  // all 4016 tokens read, by hand (op_time is the larger of the two times).
+  const double H = 4, dh = 16, L = 2, Hkv = 2, b = 2;
+  const double flops = 4 * H * dh * (16.0 * 4000 + 16.0 * 17 / 2) * L;
+  const double bytes = b * ((4016.0) * 2 * Hkv * dh + 16.0 * 2 * Hkv * dh + 2 * 16.0 * H * dh) * L;
+  CHECK(hit.prefill_attention == Approx(std::max(flops / 1e12, bytes / 1e11)).epsilon(kTight));
+  CHECK(hit.total() < whole.total() / 50);
+}
