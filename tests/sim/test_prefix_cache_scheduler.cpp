@@ -367,3 +367,26 @@ TEST_CASE("Prefix cache: invariants under random workloads with preemption and e
     if (policy != SchedulerPolicy::Static) CHECK(preemptions > 0);  // static reserves, never preempts
   }
 }
+
+TEST_CASE("Prefix cache: lpm admits the waiting request with the longest cached prefix first, fcfs by arrival",
+          "[prefix]") {
+  for (auto order : {servesim::WaitingOrder::Fcfs, servesim::WaitingOrder::LongestPrefixMatch}) {
+    SchedulerConfig c = scheduler_config(SchedulerPolicy::Chunked, 1, 64, 4, 40, 64, 0);
+    c.waiting_order = order;
+    Driver d(c);
+    d.add(with_tokens(0, 1, {{kA, 0, 16}}));
+    d.step();
+    d.add(with_tokens(1, 1, {{kB, 0, 16}}));          // nothing cached
+    d.add(with_tokens(2, 1, {{kA, 0, 12}, {kC, 0, 5}}));  // 12 tokens cached
+    d.add(with_tokens(3, 1, {{kA, 0, 4}, {kC, 0, 5}}));   // 4 tokens cached
+    std::vector<int64_t> admitted;
+    while (d.sched.has_unfinished()) {
+      d.step();
+      for (const auto& s : d.plan.sequences)
+        if (s.num_cached_tokens == s.prefix_hit_tokens && s.is_prefill) admitted.push_back(s.request_id);
+    }
+    INFO(servesim::to_string(order));
+    CHECK(admitted == (order == servesim::WaitingOrder::Fcfs ? std::vector<int64_t>{1, 2, 3}
+                                                             : std::vector<int64_t>{2, 3, 1}));
+  }
+}
