@@ -68,6 +68,13 @@ struct IterationPlan {
   // Appends `item`; a sampling item that names no sample rows samples one.
   void add(const ScheduledSequence& item) {
     sequences.push_back(item);
+    count_last();
+  }
+  // Appends a default item for the caller to fill in place (no copy of a
+  // whole item per sequence and iteration), then count_last().
+  ScheduledSequence& append() { return sequences.emplace_back(); }
+  // Counts the last item into the aggregates, as add() does.
+  void count_last() {
     ScheduledSequence& s = sequences.back();
     s.num_sample_rows = s.samples ? std::max(s.num_sample_rows, 1) : 0;
     if (s.is_prefill) {

@@ -10,65 +10,89 @@
 
 namespace servesim {
 
-KvBlockPool::KvBlockPool(int64_t num_blocks, int32_t block_size)
-    : num_blocks_(num_blocks), block_size_(block_size) {
+namespace {
+
+int64_t checked_num_blocks(int64_t num_blocks, int32_t block_size) {
   if (block_size <= 0)
     throw InputError(fmt::format("--block-size must be > 0 (got {})", block_size));
   if (num_blocks <= 0 || num_blocks >= std::numeric_limits<int32_t>::max())
     throw InputError(fmt::format("KV cache must have 1 .. 2^31-2 blocks (got {})", num_blocks));
-  blocks_.resize(size_t(num_blocks) + 1);
-  const int32_t sentinel = int32_t(num_blocks);
-  blocks_[size_t(sentinel)].prev = blocks_[size_t(sentinel)].next = sentinel;
+  return num_blocks;
+}
+
+}  // namespace
+
+KvBlockPool::KvBlockPool(int64_t num_blocks, int32_t block_size)
+    : num_blocks_(checked_num_blocks(num_blocks, block_size)), block_size_(block_size), by_key_(num_blocks_) {
+  blocks_.resize(size_t(num_blocks));
+  keys_.resize(size_t(num_blocks));
+  queue_.reserve(size_t(num_blocks));
   // Block 0 at the head: handed out first.
-  for (int32_t b = 0; b < sentinel; ++b) push_back_free(b);
+  for (int32_t b = 0; b < int32_t(num_blocks); ++b) push_back_free(b);
 }
 
 void KvBlockPool::push_back_free(int32_t block) {
-  const int32_t sentinel = int32_t(num_blocks_);
-  Block& s = blocks_[size_t(sentinel)];
-  Block& b = blocks_[size_t(block)];
-  b.prev = s.prev;
-  b.next = sentinel;
-  blocks_[size_t(s.prev)].next = block;
-  s.prev = block;
+  blocks_[size_t(block)].queued_at = queue_base_ + int64_t(queue_.size());
+  queue_.push_back(block);
   ++num_free_;
 }
 
-void KvBlockPool::unlink_free(int32_t block) {
-  Block& b = blocks_[size_t(block)];
-  blocks_[size_t(b.prev)].next = b.next;
-  blocks_[size_t(b.next)].prev = b.prev;
-  b.prev = b.next = -1;
+void KvBlockPool::take_out_of_queue(int32_t block) {
+  blocks_[size_t(block)].queued_at = -1;  // its entry goes stale
   --num_free_;
+  // Stale entries past the pool's size: drop them (amortized O(1) a take).
+  if (int64_t(queue_.size() - head_) - num_free_ > num_blocks_) compact();
+}
+
+int32_t KvBlockPool::pop_front_free() {
+  for (;; ++head_) {
+    const int32_t block = queue_[head_];
+    if (blocks_[size_t(block)].queued_at == queue_base_ + int64_t(head_)) {
+      ++head_;
+      blocks_[size_t(block)].queued_at = -1;
+      --num_free_;
+      if (head_ > queue_.size() / 2 && head_ >= 4096) compact();
+      return block;
+    }
+  }
+}
+
+void KvBlockPool::compact() {
+  size_t out = 0;
+  for (size_t i = head_; i < queue_.size(); ++i) {
+    const int32_t block = queue_[i];
+    if (blocks_[size_t(block)].queued_at != queue_base_ + int64_t(i)) continue;
+    queue_[out] = block;
+    blocks_[size_t(block)].queued_at = int64_t(out);
+    ++out;
+  }
+  queue_.resize(out);
+  head_ = 0;
+  queue_base_ = 0;
 }
 
 std::vector<int32_t> KvBlockPool::free_queue() const {
   std::vector<int32_t> out;
-  const int32_t sentinel = int32_t(num_blocks_);
-  for (int32_t b = blocks_[size_t(sentinel)].next; b != sentinel; b = blocks_[size_t(b)].next) out.push_back(b);
+  for (size_t i = head_; i < queue_.size(); ++i)
+    if (blocks_[size_t(queue_[i])].queued_at == queue_base_ + int64_t(i)) out.push_back(queue_[i]);
   return out;
 }
 
 void KvBlockPool::drop_key(int32_t block) {
   Block& b = blocks_[size_t(block)];
-  if (!b.has_key) return;
-  auto it = by_hash_.find(b.key);
-  if (it != by_hash_.end() && it->second == block) {
-    if (b.next_same_key >= 0) {
-      it->second = b.next_same_key;  // the next holder becomes the first
-      --duplicate_keys_;
-    } else {
-      by_hash_.erase(it);
-    }
+  if (b.next_same_key == kNoKey) return;
+  const uint64_t key = keys_[size_t(block)];
+  // The first holder: the next one (if any) takes its place in the index.
+  if (by_key_.replace_if(key, block, b.next_same_key)) {
+    if (b.next_same_key >= 0) --duplicate_keys_;
   } else {
     // A later holder: unlink it from the chain of holders of its key.
-    int32_t h = it->second;
+    int32_t h = by_key_.find(key);
     while (blocks_[size_t(h)].next_same_key != block) h = blocks_[size_t(h)].next_same_key;
     blocks_[size_t(h)].next_same_key = b.next_same_key;
     --duplicate_keys_;
   }
-  b.has_key = false;
-  b.next_same_key = -1;
+  b.next_same_key = kNoKey;
   ++evicted_blocks_;
 }
 
@@ -76,14 +100,17 @@ bool KvBlockPool::grow_to(std::vector<int32_t>& table, int64_t tokens) {
   const int64_t need = blocks_for(tokens) - int64_t(table.size());
   if (need <= 0) return true;
   if (need > num_free_) return false;
-  const int32_t sentinel = int32_t(num_blocks_);
+  const size_t first = table.size();
   for (int64_t i = 0; i < need; ++i) {
-    const int32_t block = blocks_[size_t(sentinel)].next;
-    unlink_free(block);
-    drop_key(block);  // lazy eviction: the slot is reused only now
-    blocks_[size_t(block)].ref_count = 1;
+    const int32_t block = pop_front_free();
+    Block& b = blocks_[size_t(block)];
+    b.ref_count = 1;
     table.push_back(block);
+    if (b.next_same_key != kNoKey) by_key_.prefetch(keys_[size_t(block)]);
   }
+  // Lazy eviction: a slot is reused only now. Apart from the loop above so
+  // that the index's cache lines are on their way (prefetched) meanwhile.
+  for (size_t i = first; i < table.size(); ++i) drop_key(table[i]);
   peak_used_ = std::max(peak_used_, num_used());
   return true;
 }
@@ -111,9 +138,9 @@ void KvBlockPool::find_cached_prefix(std::span<const uint64_t> hashes, int64_t m
                                      std::vector<int32_t>& hit) const {
   const size_t n = size_t(std::clamp<int64_t>(max_blocks, 0, int64_t(hashes.size())));
   for (size_t i = 0; i < n; ++i) {
-    auto it = by_hash_.find(hashes[i]);
-    if (it == by_hash_.end()) return;
-    hit.push_back(it->second);
+    const int32_t block = by_key_.find(hashes[i]);
+    if (block < 0) return;
+    hit.push_back(block);
   }
 }
 
@@ -126,8 +153,9 @@ int64_t KvBlockPool::count_free(std::span<const int32_t> blocks) const {
 void KvBlockPool::take_cached(std::span<const int32_t> blocks, std::vector<int32_t>& table) {
   for (int32_t block : blocks) {
     Block& b = blocks_[size_t(block)];
-    if (!b.has_key) throw std::logic_error(fmt::format("KvBlockPool: block {} taken as cached holds no key", block));
-    if (b.ref_count++ == 0) unlink_free(block);
+    if (b.next_same_key == kNoKey)
+      throw std::logic_error(fmt::format("KvBlockPool: block {} taken as cached holds no key", block));
+    if (b.ref_count++ == 0) take_out_of_queue(block);
     table.push_back(block);
   }
   peak_used_ = std::max(peak_used_, num_used());
@@ -136,13 +164,12 @@ void KvBlockPool::take_cached(std::span<const int32_t> blocks, std::vector<int32
 void KvBlockPool::cache(int32_t block, uint64_t hash) {
   Block& b = blocks_[size_t(block)];
   if (b.ref_count <= 0) throw std::logic_error(fmt::format("KvBlockPool: block {} cached while free", block));
-  if (b.has_key) return;  // a hit block: already cached under its key
-  b.has_key = true;
-  b.key = hash;
+  if (b.next_same_key != kNoKey) return;  // a hit block: already cached under its key
+  keys_[size_t(block)] = hash;
   b.next_same_key = -1;
-  auto [it, inserted] = by_hash_.try_emplace(hash, block);
-  if (inserted) return;
-  int32_t h = it->second;  // append to the chain: older holders are found first
+  const int32_t first = by_key_.insert(hash, block);
+  if (first == block) return;
+  int32_t h = first;  // append to the chain: older holders are found first
   while (blocks_[size_t(h)].next_same_key >= 0) h = blocks_[size_t(h)].next_same_key;
   blocks_[size_t(h)].next_same_key = block;
   ++duplicate_keys_;

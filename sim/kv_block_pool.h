@@ -20,8 +20,9 @@
 
 #include <cstdint>
 #include <span>
-#include <unordered_map>
 #include <vector>
+
+#include "sim/block_key_index.h"
 
 namespace servesim {
 
@@ -40,7 +41,7 @@ class KvBlockPool {
   // Cached blocks whose key was dropped because their slot was reused.
   int64_t evicted_blocks() const { return evicted_blocks_; }
   // Blocks that currently hold a key (in use or free).
-  int64_t num_cached() const { return int64_t(by_hash_.size()) + duplicate_keys_; }
+  int64_t num_cached() const { return int64_t(by_key_.size()) + duplicate_keys_; }
 
   // Blocks needed to hold `tokens` tokens: ceil(tokens / block_size).
   int64_t blocks_for(int64_t tokens) const { return (tokens + block_size_ - 1) / block_size_; }
@@ -70,34 +71,47 @@ class KvBlockPool {
   // block may hold the same key (two sequences computed the same content at
   // once), and a lookup finds the older one first.
   void cache(int32_t block, uint64_t hash);
+  // Starts loading what cache() and find_cached_prefix() of `hash` read.
+  void prefetch_key(uint64_t hash) const { by_key_.prefetch(hash); }
 
   // For tests: the reference count and key of a block, and the free queue
   // from head to tail.
   int32_t ref_count(int32_t block) const { return blocks_[size_t(block)].ref_count; }
-  bool holds_key(int32_t block) const { return blocks_[size_t(block)].has_key; }
+  bool holds_key(int32_t block) const { return blocks_[size_t(block)].next_same_key != kNoKey; }
   std::vector<int32_t> free_queue() const;
 
  private:
+  static constexpr int32_t kNoKey = -2;
   struct Block {
+    int64_t queued_at = -1;  // position of its entry in the free queue, -1: not free
     int32_t ref_count = 0;
-    int32_t prev = -1, next = -1;  // free queue links (sentinel: num_blocks_)
-    bool has_key = false;
-    uint64_t key = 0;
-    int32_t next_same_key = -1;  // later blocks holding the same key
+    // kNoKey; or it holds keys_[block] and this is the next block holding
+    // the same key (-1: none).
+    int32_t next_same_key = kNoKey;
   };
+  // The free queue is an array read from its head and appended to at its
+  // tail (sequential, unlike a linked list's pointer chase). A free block
+  // taken by a cache hit leaves a stale entry behind, recognised by its
+  // position and skipped; compact() drops them once they are many.
   void push_back_free(int32_t block);
-  void unlink_free(int32_t block);
+  void take_out_of_queue(int32_t block);
+  int32_t pop_front_free();
+  void compact();
   void drop_key(int32_t block);  // eviction
   void free_one(int32_t block);
 
   int64_t num_blocks_;
   int32_t block_size_;
-  std::vector<Block> blocks_;  // [num_blocks + 1]: the last is the queue's sentinel
-  int64_t num_free_ = 0;
+  std::vector<Block> blocks_;
+  std::vector<uint64_t> keys_;     // [num_blocks] the key of a block that holds one
+  std::vector<int32_t> queue_;     // free queue entries; queue_[head_] is the oldest
+  size_t head_ = 0;
+  int64_t queue_base_ = 0;         // position of queue_[0]
+  int64_t num_free_ = 0;           // valid entries
   int64_t peak_used_ = 0;
   int64_t evicted_blocks_ = 0;
-  int64_t duplicate_keys_ = 0;  // keys held by a block other than the first with that key
-  std::unordered_map<uint64_t, int32_t> by_hash_;  // key -> first block holding it
+  int64_t duplicate_keys_ = 0;     // keys held by a block other than the first with that key
+  BlockKeyIndex by_key_;           // key -> first block holding it
 };
 
 }  // namespace servesim

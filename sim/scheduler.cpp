@@ -153,6 +153,7 @@ void Scheduler::cache_full_blocks(Sequence& s, int64_t tokens) {
   const int64_t full = std::min<int64_t>(tokens, s.total()) / kv_.block_size();
   if (full <= s.cached_blocks) return;
   extend_block_keys(s.tokens, full * kv_.block_size(), kv_.block_size(), s.block_keys);
+  for (int64_t k = s.cached_blocks; k < full; ++k) kv_.prefetch_key(s.block_keys[size_t(k)]);
   for (int64_t k = s.cached_blocks; k < full; ++k) kv_.cache(s.blocks[size_t(k)], s.block_keys[size_t(k)]);
   s.cached_blocks = int32_t(full);
 }
@@ -180,7 +181,7 @@ void Scheduler::add_to_plan(IterationPlan& plan, int32_t slot, int32_t query_tok
     s.ever_scheduled = true;
     listener.on_first_scheduled(s.request_id);
   }
-  ScheduledSequence item;
+  ScheduledSequence& item = plan.append();
   item.request_id = s.request_id;
   item.num_query_tokens = query_tokens;
   item.num_cached_tokens = s.computed;
@@ -192,7 +193,7 @@ void Scheduler::add_to_plan(IterationPlan& plan, int32_t slot, int32_t query_tok
   item.block_table = std::span<const int32_t>(s.blocks);
   item.prefix_hit_tokens = prefix_hit_tokens;
   item.tokens = s.tokens.empty() ? nullptr : &s.tokens;
-  plan.add(item);
+  plan.count_last();
   planned_slots_.push_back(slot);
   // Cached when scheduled, as vLLM does: a prompt admitted later in this
   // step may reuse blocks this step computes, since every layer writes the
