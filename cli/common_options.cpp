@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "sim/errors.h"
+#include "sim/sessions.h"
 #include "sim/units.h"
 
 namespace servesim::cli {
@@ -22,7 +23,8 @@ po::options_description workload_options(const WorkloadDefaults& defaults) {
       ("cv", po::value<double>()->default_value(1.0, "1"),
        "gamma arrivals: coefficient of variation of the gaps (>1 is burstier than Poisson)")
       ("concurrency", po::value<int64_t>(), "closed loop: requests in flight")
-      ("num-requests", po::value<int64_t>()->default_value(defaults.num_requests), "requests to generate")
+      ("num-requests", po::value<int64_t>()->default_value(defaults.num_requests),
+       "requests to generate (with --session-turns: every turn of every session)")
       ("prompt-len", po::value<std::string>()->default_value(defaults.prompt_len),
        "prompt tokens: N | fixed:N | uniform:LO:HI | normal:MEAN:STD[:LO:HI] | "
        "lognormal:MEAN:SIGMA[:LO:HI] (MEAN in tokens, SIGMA of ln length)")
@@ -33,13 +35,28 @@ po::options_description workload_options(const WorkloadDefaults& defaults) {
        "--prompt-len/--output-len")
       ("trace", po::value<std::string>(), "replay arrivals and lengths from this trace file")
       ("trace-format", po::value<std::string>()->default_value("azure"),
-       "azure (TIMESTAMP,ContextTokens,GeneratedTokens) | csv (arrival_s,prompt_tokens,output_tokens)")
+       "azure (TIMESTAMP,ContextTokens,GeneratedTokens) | csv (arrival_s,prompt_tokens,output_tokens) | "
+       "mooncake (JSON lines: timestamp in ms, input_length, output_length, hash_ids of 512-token "
+       "prompt blocks, which give the prompts' shared prefixes)")
       ("rate-scale", po::value<double>()->default_value(1.0, "1"),
        "trace replay: multiply the arrival rate by this")
       ("max-requests", po::value<int64_t>(), "trace replay: keep the first N requests")
       ("trace-start", po::value<double>()->default_value(0.0, "0"),
        "trace replay: window start, seconds after the trace's first request")
       ("trace-duration", po::value<double>(), "trace replay: window length in seconds")
+      ("shared-prefix-groups", po::value<int64_t>(),
+       "synthetic prompts start with one of this many shared prefixes, drawn uniformly (needs "
+       "--shared-prefix-len)")
+      ("shared-prefix-len", po::value<int64_t>(),
+       "tokens of each shared prefix; the prompt is the prefix plus its own --prompt-len tokens")
+      ("session-turns", po::value<std::string>(),
+       "multi-turn sessions: turns per session, same syntax as --prompt-len (e.g. 5, "
+       "uniform:2:10). Sessions start by the open-loop arrivals at --rate; each turn's prompt is "
+       "the previous prompt, its output and a new --prompt-len message, sent --think-time after "
+       "the previous turn finished")
+      ("think-time", po::value<std::string>()->default_value("0"),
+       "sessions: pause between a turn's end and the next turn: D | fixed:D | uniform:LO:HI | "
+       "exponential:MEAN (durations: 2s, 500ms, 1.5)")
       ("seed", po::value<std::string>()->default_value("0"),
        "seed of every random choice, an integer in [0, 2^64)");
   return o;
@@ -130,6 +147,15 @@ void reject_flags_that_do_not_apply(const po::variables_map& vm, ArrivalProcess 
   for (const char* flag : {"trace-format", "rate-scale", "max-requests", "trace-start", "trace-duration"})
     reject_if(flag, !any_trace, "no --trace or --lengths-from-trace is given");
   reject_if("rate-scale", lengths_from_trace, "arrivals are synthetic (--arrival)");
+  for (const char* flag : {"shared-prefix-groups", "shared-prefix-len"})
+    reject_if(flag, trace, "a trace replay's prompts come from the trace (--trace)");
+  reject_if("session-turns", trace, "a trace replay's requests come from the trace (--trace)");
+  reject_if("session-turns", closed,
+            "a session's next turn follows its own previous turn; use an open-loop --arrival "
+            "(poisson, gamma, constant)");
+  reject_if("think-time", !given(vm, "session-turns"), "it spaces the turns of --session-turns");
+  if (given(vm, "shared-prefix-groups") != given(vm, "shared-prefix-len"))
+    throw InputError("--shared-prefix-groups and --shared-prefix-len go together: give both");
 }
 
 }  // namespace
@@ -145,7 +171,12 @@ WorkloadSpec workload_from(const po::variables_map& vm) {
   } else {
     w.arrival = parse_arrival_process(vm["arrival"].as<std::string>());
   }
-  const TraceFormat format = parse_trace_format(vm["trace-format"].as<std::string>());
+  TraceFormat format = TraceFormat::Azure;
+  try {
+    format = parse_trace_format(vm["trace-format"].as<std::string>());
+  } catch (const InputError& e) {
+    throw InputError(std::string("--trace-format: ") + e.what());
+  }
   auto trace_options = [&](const std::string& path) {
     TraceOptions t;
     t.path = path;
@@ -175,10 +206,16 @@ WorkloadSpec workload_from(const po::variables_map& vm) {
   w.num_requests = vm["num-requests"].as<int64_t>();
   w.prompt_len = vm["prompt-len"].as<std::string>();
   w.output_len = vm["output-len"].as<std::string>();
+  if (vm.count("shared-prefix-groups")) w.shared_prefix_groups = vm["shared-prefix-groups"].as<int64_t>();
+  if (vm.count("shared-prefix-len")) w.shared_prefix_len = vm["shared-prefix-len"].as<int64_t>();
+  if (vm.count("session-turns")) w.session_turns = vm["session-turns"].as<std::string>();
+  w.think_time = vm["think-time"].as<std::string>();
   reject_flags_that_do_not_apply(vm, w.arrival, vm.count("lengths-from-trace") > 0);
   // Validate the distributions now so their errors name the flag.
   LengthDistribution::parse(w.prompt_len, "--prompt-len");
   LengthDistribution::parse(w.output_len, "--output-len");
+  if (w.session_turns) LengthDistribution::parse(*w.session_turns, "--session-turns");
+  ThinkTime::parse(w.think_time, "--think-time");
   return w;
 }
 

@@ -1,8 +1,93 @@
 #include "engine/serving_loop.h"
 
+#include <algorithm>
 #include <chrono>
+#include <functional>
+#include <limits>
+#include <queue>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <utility>
 
 namespace servesim {
+
+namespace {
+
+constexpr double kNever = std::numeric_limits<double>::infinity();
+
+// Follow-up turns of sessions: a request with follows >= 0 is released
+// think_time_s after the request it follows finished, or was rejected (its
+// user reads the error, then goes on). Releases wait in a min-heap of
+// (time, id), so equal times release in id order.
+class FollowUps {
+ public:
+  explicit FollowUps(const std::vector<Request>& requests) : requests_(requests) {
+    for (const Request& r : requests) {
+      if (r.follows < 0) continue;
+      if (r.follows >= r.id) {
+        throw std::invalid_argument("request " + std::to_string(r.id) + " follows request " +
+                                    std::to_string(r.follows) + ", not an earlier one");
+      }
+      if (first_.empty()) index(requests);  // only workloads with sessions pay for this
+      // The heap orders releases, so followers may be listed in any order.
+      sibling_[size_t(r.id)] = first_[size_t(r.follows)];
+      first_[size_t(r.follows)] = r.id;
+    }
+  }
+
+  bool any() const { return !first_.empty(); }
+
+  // `id` finished (completed or rejected) at `time_s`: its followers' turns come.
+  void finished(int64_t id, double time_s) {
+    if (first_.empty()) return;
+    for (int64_t f = first_[size_t(id)]; f >= 0; f = sibling_[size_t(f)])
+      heap_.emplace(time_s + requests_[size_t(f)].think_time_s, f);
+  }
+  double next_time() const { return heap_.empty() ? kNever : heap_.top().first; }
+  std::pair<double, int64_t> pop() {
+    const auto top = heap_.top();
+    heap_.pop();
+    return top;
+  }
+
+  // `r` as its client sends it: a span quoting an earlier request's output
+  // holds what that request really generated (all of it, unless it stopped
+  // at end of sequence; nothing if it was rejected).
+  Request as_sent(const Request& r, const RunRecords& records) const {
+    Request sent = r;
+    if (output_owner_.empty() || sent.tokens.empty()) return sent;
+    std::vector<TokenSpan>& spans = sent.tokens.prompt_spans;
+    size_t kept = 0;
+    for (TokenSpan span : spans) {
+      if (const auto it = output_owner_.find(span.source); it != output_owner_.end()) {
+        const int32_t generated = records.requests[it->second].tokens_emitted;
+        span.length = std::clamp(generated - span.offset, 0, span.length);
+      }
+      if (span.length > 0) spans[kept++] = span;
+    }
+    spans.resize(kept);
+    sent.prompt_tokens = int32_t(sent.tokens.prompt_tokens());
+    return sent;
+  }
+
+ private:
+  void index(const std::vector<Request>& requests) {
+    first_.assign(requests.size(), -1);
+    sibling_.assign(requests.size(), -1);
+    for (size_t i = 0; i < requests.size(); ++i)
+      if (requests[i].tokens.output_source != 0) output_owner_.emplace(requests[i].tokens.output_source, i);
+  }
+
+  const std::vector<Request>& requests_;
+  std::vector<int64_t> first_, sibling_;  // followers of each id, as linked lists
+  std::unordered_map<uint64_t, size_t> output_owner_;  // output source -> its request
+  std::priority_queue<std::pair<double, int64_t>, std::vector<std::pair<double, int64_t>>,
+                      std::greater<>>
+      heap_;
+};
+
+}  // namespace
 
 RunRecords run_serving_loop(Scheduler& scheduler, Executor& executor, Clock& clock, const Workload& workload,
                             const LoopOptions& options) {
@@ -15,14 +100,32 @@ RunRecords run_serving_loop(Scheduler& scheduler, Executor& executor, Clock& clo
   records.block_size = scheduler.kv().block_size();
   MetricsRecorder recorder(records);
 
-  int64_t next = 0;      // next request to submit
+  FollowUps follow_ups(requests);
+  if (workload.closed_loop && follow_ups.any())
+    throw std::invalid_argument("a closed-loop workload cannot hold follow-up turns (Request::follows)");
+  // Open loop: the indices of the independent requests, in index (= arrival) order.
+  std::vector<int64_t> open_loop;
+  if (!workload.closed_loop) {
+    open_loop.reserve(requests.size());
+    for (int64_t i = 0; i < total; ++i)
+      if (requests[size_t(i)].follows < 0) open_loop.push_back(i);
+  }
+  const auto num_open = int64_t(open_loop.size());
+  auto next_open_arrival = [&](int64_t next) {
+    return next < num_open ? requests[size_t(open_loop[size_t(next)])].arrival_s : kNever;
+  };
+
+  int64_t next = 0;      // next request to submit (closed loop), or next of open_loop
   int64_t finished = 0;  // completed or rejected
   auto submit = [&](const Request& r, double arrival_s) {
     recorder.set_now(arrival_s);
     recorder.on_arrival(r.id, arrival_s, r.prompt_tokens, r.output_tokens);
     Request accepted = r;
     accepted.arrival_s = arrival_s;
-    if (auto reason = scheduler.add_request(accepted)) recorder.on_rejected(r.id, *reason);
+    if (auto reason = scheduler.add_request(accepted)) {
+      recorder.on_rejected(r.id, *reason);
+      follow_ups.finished(r.id, arrival_s);
+    }
   };
   // Closed loop: each finished (or rejected) request lets its client send
   // the next one at that moment.
@@ -51,17 +154,29 @@ RunRecords run_serving_loop(Scheduler& scheduler, Executor& executor, Clock& clo
   auto last_report = wall_start;
   for (;;) {
     if (!workload.closed_loop) {
-      while (next < total && requests[size_t(next)].arrival_s <= clock.now()) {
-        const Request& r = requests[size_t(next++)];
-        submit(r, r.arrival_s);
+      // Arrivals and released turns that are due, merged in time order (an
+      // arrival first at equal times); a turn rejected here may release the
+      // next one at once.
+      for (;;) {
+        const double arrival = next_open_arrival(next), release = follow_ups.next_time();
+        if (arrival <= release) {
+          if (!(arrival <= clock.now())) break;
+          const Request& r = requests[size_t(open_loop[size_t(next++)])];
+          submit(r, r.arrival_s);
+        } else {
+          if (!(release <= clock.now())) break;
+          const auto [time_s, id] = follow_ups.pop();
+          submit(follow_ups.as_sent(requests[size_t(id)], records), time_s);
+        }
       }
       absorb_finished();
     }
     if (!scheduler.has_unfinished()) {
-      if (workload.closed_loop || next >= total) break;
-      if (requests[size_t(next)].arrival_s > clock.now())
-        for (LoopObserver* o : options.observers) o->on_idle(clock.now(), requests[size_t(next)].arrival_s);
-      clock.wait_until(requests[size_t(next)].arrival_s);
+      const double until = std::min(next_open_arrival(next), follow_ups.next_time());
+      if (workload.closed_loop || until == kNever) break;
+      if (until > clock.now())
+        for (LoopObserver* o : options.observers) o->on_idle(clock.now(), until);
+      clock.wait_until(until);
       continue;
     }
 
@@ -80,7 +195,10 @@ RunRecords run_serving_loop(Scheduler& scheduler, Executor& executor, Clock& clo
     recorder.set_now(clock.now());
     rec.kv_blocks_used = scheduler.kv().num_used();
     scheduler.complete(plan, result, recorder);
-    for (int64_t id : recorder.completed_ids()) executor.on_request_finished(id);
+    for (int64_t id : recorder.completed_ids()) {
+      executor.on_request_finished(id);
+      follow_ups.finished(id, records.requests[size_t(id)].finish_s);
+    }
     recorder.completed_ids().clear();
     absorb_finished();
 

@@ -39,8 +39,9 @@ class LoopObserver {
                                const IterationRecord& record) {
     (void)plan, (void)result, (void)record;
   }
-  // No request is in the engine and the next one (open loop) arrives at
-  // `until_s` on the clock (now `now_s`); called before waiting for it.
+  // No request is in the engine and the next one (open loop: an arrival
+  // or a session's released turn) comes at `until_s` on the clock (now
+  // `now_s`); called before waiting for it.
   virtual void on_idle(double now_s, double until_s) { (void)now_s, (void)until_s; }
 };
 
@@ -53,7 +54,14 @@ struct LoopOptions {
 };
 
 // Serves every request of `workload` with `scheduler` (fresh), `executor`
-// and `clock`, and returns what happened.
+// and `clock`, and returns what happened. Open loop: each independent
+// request (follows == -1) is submitted at its arrival_s; a session's later
+// turn (follows >= 0) at the moment the request it follows finished, or was
+// rejected, plus its think_time_s. Its record's arrival_s is that moment
+// (-1 until submitted), and a span of its prompt that quotes an earlier
+// request's output holds what that request generated (less after end of
+// sequence, nothing after a rejection). Throws std::invalid_argument for a
+// request that follows a later one, or a closed loop with follow-ups.
 RunRecords run_serving_loop(Scheduler& scheduler, Executor& executor, Clock& clock, const Workload& workload,
                             const LoopOptions& options = {});
 

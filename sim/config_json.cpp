@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "sim/length_distribution.h"
+#include "sim/sessions.h"
 
 namespace servesim {
 
@@ -44,7 +45,7 @@ nlohmann::json workload_to_json(const WorkloadSpec& w) {
   nlohmann::json wl = {{"arrival", to_string(w.arrival)}, {"seed", w.seed}};
   if (w.arrival == ArrivalProcess::Trace) {
     wl["trace"] = {{"path", w.trace.path},
-                   {"format", w.trace.format == TraceFormat::Azure ? "azure" : "csv"},
+                   {"format", to_string(w.trace.format)},
                    {"rate_scale", w.trace.rate_scale},
                    {"window_start_s", w.trace.window_start_s},
                    {"max_requests", w.trace.max_requests}};
@@ -63,6 +64,14 @@ nlohmann::json workload_to_json(const WorkloadSpec& w) {
   } else {
     wl["prompt_len"] = LengthDistribution::parse(w.prompt_len, "--prompt-len").describe();
     wl["output_len"] = LengthDistribution::parse(w.output_len, "--output-len").describe();
+  }
+  // Only when set, so the config of a workload without them stays as it was.
+  if (w.shared_prefix_groups > 0)
+    wl["shared_prefix"] = {{"groups", w.shared_prefix_groups}, {"len", w.shared_prefix_len}};
+  if (w.session_turns) {
+    wl["sessions"] = {
+        {"turns", LengthDistribution::parse(*w.session_turns, "--session-turns").describe()},
+        {"think_time_s", ThinkTime::parse(w.think_time, "--think-time").describe()}};
   }
   return wl;
 }

@@ -25,7 +25,6 @@ int64_t checked_num_blocks(int64_t num_blocks, int32_t block_size) {
 KvBlockPool::KvBlockPool(int64_t num_blocks, int32_t block_size)
     : num_blocks_(checked_num_blocks(num_blocks, block_size)), block_size_(block_size), by_key_(num_blocks_) {
   blocks_.resize(size_t(num_blocks));
-  keys_.resize(size_t(num_blocks));
   queue_.reserve(size_t(num_blocks));
   // Block 0 at the head: handed out first.
   for (int32_t b = 0; b < int32_t(num_blocks); ++b) push_back_free(b);
@@ -81,13 +80,13 @@ std::vector<int32_t> KvBlockPool::free_queue() const {
 void KvBlockPool::drop_key(int32_t block) {
   Block& b = blocks_[size_t(block)];
   if (b.next_same_key == kNoKey) return;
-  const uint64_t key = keys_[size_t(block)];
+  const uint64_t key = blocks_[size_t(block)].key;
   // The first holder: the next one (if any) takes its place in the index.
   if (by_key_.replace_if(key, block, b.next_same_key)) {
     if (b.next_same_key >= 0) --duplicate_keys_;
   } else {
     // A later holder: unlink it from the chain of holders of its key.
-    int32_t h = by_key_.find(key);
+    int32_t h = by_key_.find(key, key_of());
     while (blocks_[size_t(h)].next_same_key != block) h = blocks_[size_t(h)].next_same_key;
     blocks_[size_t(h)].next_same_key = b.next_same_key;
     --duplicate_keys_;
@@ -106,7 +105,7 @@ bool KvBlockPool::grow_to(std::vector<int32_t>& table, int64_t tokens) {
     Block& b = blocks_[size_t(block)];
     b.ref_count = 1;
     table.push_back(block);
-    if (b.next_same_key != kNoKey) by_key_.prefetch(keys_[size_t(block)]);
+    if (b.next_same_key != kNoKey) by_key_.prefetch(blocks_[size_t(block)].key);
   }
   // Lazy eviction: a slot is reused only now. Apart from the loop above so
   // that the index's cache lines are on their way (prefetched) meanwhile.
@@ -138,7 +137,7 @@ void KvBlockPool::find_cached_prefix(std::span<const uint64_t> hashes, int64_t m
                                      std::vector<int32_t>& hit) const {
   const size_t n = size_t(std::clamp<int64_t>(max_blocks, 0, int64_t(hashes.size())));
   for (size_t i = 0; i < n; ++i) {
-    const int32_t block = by_key_.find(hashes[i]);
+    const int32_t block = by_key_.find(hashes[i], key_of());
     if (block < 0) return;
     hit.push_back(block);
   }
@@ -165,9 +164,9 @@ void KvBlockPool::cache(int32_t block, uint64_t hash) {
   Block& b = blocks_[size_t(block)];
   if (b.ref_count <= 0) throw std::logic_error(fmt::format("KvBlockPool: block {} cached while free", block));
   if (b.next_same_key != kNoKey) return;  // a hit block: already cached under its key
-  keys_[size_t(block)] = hash;
+  blocks_[size_t(block)].key = hash;
   b.next_same_key = -1;
-  const int32_t first = by_key_.insert(hash, block);
+  const int32_t first = by_key_.insert(hash, block, key_of());
   if (first == block) return;
   int32_t h = first;  // append to the chain: older holders are found first
   while (blocks_[size_t(h)].next_same_key >= 0) h = blocks_[size_t(h)].next_same_key;

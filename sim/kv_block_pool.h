@@ -85,9 +85,10 @@ class KvBlockPool {
   struct Block {
     int64_t queued_at = -1;  // position of its entry in the free queue, -1: not free
     int32_t ref_count = 0;
-    // kNoKey; or it holds keys_[block] and this is the next block holding
+    // kNoKey; or it holds `key` and this is the next block holding
     // the same key (-1: none).
     int32_t next_same_key = kNoKey;
+    uint64_t key = 0;  // when it holds one (beside the rest: one cache line per block)
   };
   // The free queue is an array read from its head and appended to at its
   // tail (sequential, unlike a linked list's pointer chase). A free block
@@ -99,11 +100,14 @@ class KvBlockPool {
   void compact();
   void drop_key(int32_t block);  // eviction
   void free_one(int32_t block);
+  // The full key of a block that holds one, for the index.
+  auto key_of() const {
+    return [this](int32_t block) { return blocks_[size_t(block)].key; };
+  }
 
   int64_t num_blocks_;
   int32_t block_size_;
   std::vector<Block> blocks_;
-  std::vector<uint64_t> keys_;     // [num_blocks] the key of a block that holds one
   std::vector<int32_t> queue_;     // free queue entries; queue_[head_] is the oldest
   size_t head_ = 0;
   int64_t queue_base_ = 0;         // position of queue_[0]

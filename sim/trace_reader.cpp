@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "sim/errors.h"
+#include "sim/mooncake_trace.h"
 
 namespace servesim {
 
@@ -26,12 +27,13 @@ constexpr int64_t kNsPerSecond = 1'000'000'000;
 
 // One parsed data line. Azure times are kept as integer nanoseconds since
 // 1970 (a double would lose sub-microsecond digits at that magnitude); plain
-// CSV times are seconds as written.
+// CSV and Mooncake times are seconds as written.
 struct Row {
   int64_t ns = 0;
   double seconds = 0.0;
   int32_t prompt_tokens = 0;
   int32_t output_tokens = 0;
+  size_t index = 0;  // its data line, 0 = the first, so sorting keeps its token identity findable
 };
 
 // Where a message points: "FILE:LINE: ...".
@@ -269,17 +271,18 @@ std::string_view header_of(TraceFormat format) {
   return format == TraceFormat::Azure ? kAzureHeader : kCsvHeader;
 }
 
-std::string_view name_of(TraceFormat format) {
-  return format == TraceFormat::Azure ? "azure" : "csv";
-}
+std::string name_of(TraceFormat format) { return to_string(format); }
 
 void check_header(std::string_view line, TraceFormat format, const Where& where) {
   const std::string_view expected = header_of(format);
   if (line == expected) return;
   const TraceFormat other = format == TraceFormat::Azure ? TraceFormat::Csv : TraceFormat::Azure;
-  const std::string hint =
-      line == header_of(other) ? fmt::format(" (it is the {} format's header)", name_of(other))
-                               : std::string();
+  std::string hint;
+  if (line == header_of(other)) {
+    hint = fmt::format(" (it is the {} format's header)", name_of(other));
+  } else if (trim(line).starts_with('{')) {
+    hint = " (it looks like JSON lines: --trace-format mooncake?)";
+  }
   where.fail(fmt::format("header '{}' does not match the {} trace format; expected '{}'{}", line,
                          name_of(format), expected, hint));
 }
@@ -314,6 +317,7 @@ std::vector<Row> parse_rows(const std::string& path, const std::string& content,
   rows.reserve(lines.size() - 1);
   for (size_t i = 1; i < lines.size(); ++i) {
     rows.push_back(parse_row(lines[i], format, Where{path, i + 1}));
+    rows.back().index = i - 1;
   }
   // Azure times become seconds since the earliest request; the subtraction
   // is done on integers so no digits are lost.
@@ -327,8 +331,10 @@ std::vector<Row> parse_rows(const std::string& path, const std::string& content,
   return rows;
 }
 
-// Sorts, windows, shifts, scales and numbers the rows.
-std::vector<Request> select_requests(std::vector<Row> rows, const TraceOptions& o) {
+// Sorts, windows, shifts, scales and numbers the rows; `kept_rows`, when
+// given, receives the Row::index of each request kept, in id order.
+std::vector<Request> select_requests(std::vector<Row> rows, const TraceOptions& o,
+                                     std::vector<size_t>* kept_rows = nullptr) {
   std::stable_sort(rows.begin(), rows.end(),
                    [](const Row& a, const Row& b) { return a.seconds < b.seconds; });
   const double origin = rows.front().seconds;
@@ -347,6 +353,7 @@ std::vector<Request> select_requests(std::vector<Row> rows, const TraceOptions& 
     q.prompt_tokens = r.prompt_tokens;
     q.output_tokens = r.output_tokens;
     out.push_back(q);
+    if (kept_rows) kept_rows->push_back(r.index);
   }
   if (out.empty()) {
     throw InputError(fmt::format(
@@ -358,18 +365,63 @@ std::vector<Request> select_requests(std::vector<Row> rows, const TraceOptions& 
   return out;
 }
 
+// ---------------------------------------------------------------- Mooncake
+
+std::vector<Request> read_mooncake(const TraceOptions& o, const std::string& content) {
+  const std::vector<std::string_view> lines = split_lines(content);
+  // A CSV trace given the wrong format: say which one it is.
+  for (const TraceFormat other : {TraceFormat::Azure, TraceFormat::Csv}) {
+    if (!lines.empty() && lines[0] == header_of(other)) {
+      Where{o.path, 1}.fail(fmt::format(
+          "'{}' is the {} trace format's header; the mooncake format is one JSON object a line",
+          lines[0], name_of(other)));
+    }
+  }
+  const MooncakeTrace trace = parse_mooncake_trace(o.path, lines);
+  std::vector<Row> rows(trace.lines.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    rows[i].seconds = trace.lines[i].timestamp_s;
+    rows[i].prompt_tokens = trace.lines[i].input_length;
+    rows[i].output_tokens = trace.lines[i].output_length;
+    rows[i].index = i;
+  }
+  std::vector<size_t> kept;
+  std::vector<Request> requests = select_requests(std::move(rows), o, &kept);
+  // Identity after numbering: the output source names the final id.
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const MooncakeLine& line = trace.lines[kept[i]];
+    requests[i].tokens.prompt_spans = mooncake_prompt_spans(trace.ids_of(line), line.input_length);
+    requests[i].tokens.output_source = token_source(TokenSourceKind::Output, uint64_t(requests[i].id));
+  }
+  return requests;
+}
+
 }  // namespace
 
 TraceFormat parse_trace_format(const std::string& name) {
   if (name == "azure") return TraceFormat::Azure;
   if (name == "csv") return TraceFormat::Csv;
-  throw InputError(
-      fmt::format("unknown trace format '{}' (expected 'azure' or 'csv')", name));
+  if (name == "mooncake") return TraceFormat::Mooncake;
+  throw InputError(fmt::format(
+      "unknown trace format '{}' (expected 'azure', 'csv' or 'mooncake')", name));
+}
+
+std::string to_string(TraceFormat format) {
+  switch (format) {
+    case TraceFormat::Azure:
+      return "azure";
+    case TraceFormat::Csv:
+      return "csv";
+    case TraceFormat::Mooncake:
+      return "mooncake";
+  }
+  return "unknown";
 }
 
 std::vector<Request> read_trace(const TraceOptions& options) {
   check_options(options);
   const std::string content = read_file(options.path);
+  if (options.format == TraceFormat::Mooncake) return read_mooncake(options, content);
   return select_requests(parse_rows(options.path, content, options.format), options);
 }
 

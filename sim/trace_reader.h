@@ -1,4 +1,5 @@
-// Readers for request traces: the Azure LLM inference CSV and a plain CSV.
+// Readers for request traces: the Azure LLM inference CSV, a plain CSV and
+// the Mooncake JSON lines (which also give each prompt's token identity).
 #pragma once
 
 #include <cstdint>
@@ -13,10 +14,14 @@ namespace servesim {
 enum class TraceFormat {
   Azure,  // TIMESTAMP,ContextTokens,GeneratedTokens (Azure Public Dataset 2023)
   Csv,    // arrival_s,prompt_tokens,output_tokens (header line required)
+  // JSON lines: timestamp (ms), input_length, output_length, hash_ids (one
+  // id per 512-token prompt block; sim/mooncake_trace.h). Mooncake FAST'25.
+  Mooncake,
 };
 
-// Throws InputError for an unknown name ("azure" or "csv" are accepted).
+// Throws InputError for an unknown name ("azure", "csv" or "mooncake").
 TraceFormat parse_trace_format(const std::string& name);
+std::string to_string(TraceFormat format);
 
 struct TraceOptions {
   std::string path;
@@ -36,6 +41,9 @@ struct TraceOptions {
 // requests 0..N-1. Errors (InputError) name the file, the line number and the
 // field: a missing column, a non-number, a negative time, a zero or negative
 // token count, an empty trace, a header that does not match the format.
+// Azure and CSV requests carry no token identity. Mooncake requests do:
+// prompt spans from their hash ids (mooncake_prompt_spans) and the output
+// source token_source(Output, id) of their final (renumbered) id.
 std::vector<Request> read_trace(const TraceOptions& options);
 
 }  // namespace servesim

@@ -3,9 +3,11 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <limits>
 #include <utility>
 
 #include "sim/errors.h"
+#include "sim/sessions.h"
 
 namespace servesim {
 
@@ -14,6 +16,7 @@ namespace {
 constexpr int64_t kMaxRequests = 10'000'000;
 constexpr double kMinCv = 1e-3;
 constexpr double kMaxCv = 1e3;
+constexpr int64_t kMaxPromptTokens = std::numeric_limits<int32_t>::max();
 
 // Each kind of random choice draws from its own stream, so changing one
 // (say the rate) leaves the others (the lengths) exactly as they were.
@@ -22,6 +25,9 @@ enum Stream : uint64_t {
   kPromptStream = 2,
   kOutputStream = 3,
   kResampleStream = 4,
+  kPrefixGroupStream = 5,
+  kSessionTurnsStream = 6,
+  kThinkTimeStream = 7,
 };
 
 // SplitMix64's finaliser: a bijective, well-mixing 64-bit hash.
@@ -68,6 +74,43 @@ void check_spec(const WorkloadSpec& spec) {
   }
 }
 
+// Shared prefixes and sessions shape synthetic prompts; a replayed trace has
+// its own, and a closed loop releases on any finish, not a session's own.
+void check_token_identity_spec(const WorkloadSpec& spec) {
+  const bool trace = spec.arrival == ArrivalProcess::Trace;
+  const int64_t groups = spec.shared_prefix_groups, len = spec.shared_prefix_len;
+  // Both 0: no shared prefixes; otherwise both must be in range.
+  if (groups != 0 || len != 0) {
+    if (trace) {
+      throw InputError("--shared-prefix-groups does not apply to a trace replay (--trace): the "
+                       "trace gives the prompts");
+    }
+    if (groups < 1 || groups > kMaxRequests) {
+      throw InputError(fmt::format(
+          "--shared-prefix-groups must be in [1, {}], with --shared-prefix-len (got {})",
+          kMaxRequests, groups));
+    }
+    if (len < 1 || len >= kMaxPromptTokens) {
+      throw InputError(fmt::format(
+          "--shared-prefix-len must be in [1, {}] tokens, with --shared-prefix-groups (got {})",
+          kMaxPromptTokens - 1, len));
+    }
+  }
+  if (!spec.session_turns) return;
+  if (trace) {
+    throw InputError("--session-turns does not apply to a trace replay (--trace): the trace "
+                     "gives the requests");
+  }
+  if (spec.arrival == ArrivalProcess::Closed) {
+    throw InputError(
+        "--session-turns needs open-loop arrivals (--arrival poisson, gamma or constant), not "
+        "--arrival closed: a session's next turn follows its own previous turn, a closed loop "
+        "releases a request whenever any finishes");
+  }
+  LengthDistribution::parse(*spec.session_turns, "--session-turns");
+  ThinkTime::parse(spec.think_time, "--think-time");
+}
+
 // ---------------------------------------------------------------- arrivals
 
 // Open-loop arrival times. Constant: t_i = i / rate, so the first request
@@ -95,8 +138,8 @@ std::vector<double> draw_random_arrivals(const WorkloadSpec& spec, size_t n) {
   return times;
 }
 
-std::vector<double> draw_arrivals(const WorkloadSpec& spec) {
-  const auto n = static_cast<size_t>(spec.num_requests);
+// The first `n` open-loop arrival times.
+std::vector<double> draw_arrivals(const WorkloadSpec& spec, size_t n) {
   std::vector<double> times;
   if (spec.arrival == ArrivalProcess::Constant) {
     times.resize(n);
@@ -140,17 +183,68 @@ std::vector<LengthPair> resample_trace_lengths(const WorkloadSpec& spec, size_t 
   return lengths;
 }
 
+// ---------------------------------------------------------------- token identity
+
+// Uniform shared-prefix groups, one per prompt that starts with one, from
+// their own stream (so lengths and arrivals stay as drawn without them).
+std::vector<int64_t> draw_prefix_groups(const WorkloadSpec& spec, size_t n) {
+  Rng rng(stream_seed(spec.seed, kPrefixGroupStream));
+  std::vector<int64_t> groups(n);
+  for (int64_t& g : groups) g = rng.uniform_int(0, spec.shared_prefix_groups - 1);
+  return groups;
+}
+
+// A prompt of a shared prefix and `tail` tokens of its own.
+void set_prefixed_prompt(Request& r, int64_t group, int64_t prefix_len, int32_t tail) {
+  if (prefix_len + tail > kMaxPromptTokens) {
+    throw InputError(fmt::format(
+        "--shared-prefix-len {} plus a prompt of {} tokens exceeds {} tokens", prefix_len, tail,
+        kMaxPromptTokens));
+  }
+  r.prompt_tokens = int32_t(prefix_len + tail);
+  r.tokens.prompt_spans = {
+      {token_source(TokenSourceKind::SharedPrefix, uint64_t(group)), 0, int32_t(prefix_len)},
+      {token_source(TokenSourceKind::RequestTail, uint64_t(r.id)), 0, tail}};
+  r.tokens.output_source = token_source(TokenSourceKind::Output, uint64_t(r.id));
+}
+
+// Sessions: --num-requests turns in all, split into sessions whose first
+// turns arrive by the open-loop process. Each user message and output has
+// the length the same seed draws for that id without sessions.
+Workload session_workload(const WorkloadSpec& spec, std::vector<LengthPair> lengths) {
+  const auto n = static_cast<size_t>(spec.num_requests);
+  SessionInputs in;
+  Rng turns_rng(stream_seed(spec.seed, kSessionTurnsStream));
+  in.turns = split_into_sessions(LengthDistribution::parse(*spec.session_turns, "--session-turns"),
+                                 spec.num_requests, turns_rng);
+  in.first_arrivals_s = draw_arrivals(spec, in.turns.size());
+  in.lengths = std::move(lengths);
+  if (spec.shared_prefix_groups > 0) {
+    in.prefix_groups = draw_prefix_groups(spec, in.turns.size());
+    in.prefix_len = int32_t(spec.shared_prefix_len);
+  }
+  const ThinkTime think = ThinkTime::parse(spec.think_time, "--think-time");
+  Rng think_rng(stream_seed(spec.seed, kThinkTimeStream));
+  in.think_times_s.resize(n);
+  for (double& t : in.think_times_s) t = think.sample(think_rng);
+  Workload w;
+  w.requests = build_session_requests(in);
+  return w;
+}
+
 Workload synthetic_workload(const WorkloadSpec& spec) {
   const auto n = static_cast<size_t>(spec.num_requests);
-  const std::vector<LengthPair> lengths = spec.lengths_from_trace
-                                              ? resample_trace_lengths(spec, n)
-                                              : draw_synthetic_lengths(spec, n);
+  std::vector<LengthPair> lengths = spec.lengths_from_trace ? resample_trace_lengths(spec, n)
+                                                            : draw_synthetic_lengths(spec, n);
+  if (spec.session_turns) return session_workload(spec, std::move(lengths));
   Workload w;
   w.closed_loop = spec.arrival == ArrivalProcess::Closed;
   w.concurrency = w.closed_loop ? spec.concurrency : 0;
   // Closed loop: the runner sets each arrival when it releases the request.
   const std::vector<double> arrivals = w.closed_loop ? std::vector<double>(n, 0.0)
-                                                     : draw_arrivals(spec);
+                                                     : draw_arrivals(spec, n);
+  const std::vector<int64_t> groups =
+      spec.shared_prefix_groups > 0 ? draw_prefix_groups(spec, n) : std::vector<int64_t>();
   w.requests.resize(n);
   for (size_t i = 0; i < n; ++i) {
     Request& r = w.requests[i];
@@ -158,6 +252,7 @@ Workload synthetic_workload(const WorkloadSpec& spec) {
     r.arrival_s = arrivals[i];
     r.prompt_tokens = lengths[i].first;
     r.output_tokens = lengths[i].second;
+    if (!groups.empty()) set_prefixed_prompt(r, groups[i], spec.shared_prefix_len, lengths[i].first);
   }
   return w;
 }
@@ -194,6 +289,7 @@ std::string to_string(ArrivalProcess p) {
 
 Workload make_workload(const WorkloadSpec& spec) {
   check_spec(spec);
+  check_token_identity_spec(spec);
   if (spec.arrival == ArrivalProcess::Trace) {
     Workload w;
     w.requests = read_trace(spec.trace);

@@ -1,4 +1,6 @@
-// Workloads: how requests arrive and how long they are.
+// Workloads: how requests arrive, how long they are and, where sharing
+// matters, which tokens they hold (shared prefixes, multi-turn sessions,
+// Mooncake traces).
 #pragma once
 
 #include <cstdint>
@@ -20,6 +22,8 @@ namespace servesim {
 // Arrival gaps, prompt lengths, output lengths and trace resampling each draw
 // from their own random stream derived from the seed, so changing the rate or
 // the arrival process leaves the lengths drawn unchanged (and vice versa).
+// Shared-prefix groups, session turns and think times have their own streams
+// too: adding them leaves the lengths and arrivals drawn as they were.
 enum class ArrivalProcess {
   Poisson,   // open loop, exponential gaps with mean 1/rate
   Gamma,     // open loop, gamma gaps with mean 1/rate and coefficient of variation cv
@@ -45,17 +49,35 @@ struct WorkloadSpec {
   std::optional<TraceOptions> lengths_from_trace;
   // Arrival == Trace: the trace to replay.
   TraceOptions trace;
+  // Synthetic workloads: each prompt (each session's first turn) starts with
+  // one of `shared_prefix_groups` prefixes of `shared_prefix_len` tokens,
+  // drawn uniformly, then its own --prompt-len tokens. 0 and 0: none.
+  int64_t shared_prefix_groups = 0;
+  int64_t shared_prefix_len = 0;
+  // Open-loop multi-turn sessions when set: turns per session, as a length
+  // spec (sim/length_distribution.h). The open-loop process at `rate` starts
+  // the sessions; num_requests counts every turn of every session.
+  std::optional<std::string> session_turns;
+  // Between a turn's end and the next turn (sim/sessions.h ThinkTime).
+  std::string think_time = "0";
   uint64_t seed = 0;
 };
 
 struct Workload {
-  std::vector<Request> requests;  // sorted by arrival; ids 0..N-1
+  // Ids 0..N-1. The independent ones (follows == -1) are sorted by arrival;
+  // a session's later turns follow an earlier id and arrive when released.
+  std::vector<Request> requests;
   bool closed_loop = false;       // arrivals are decided by the runner
   int64_t concurrency = 0;        // closed loop only
 };
 
 // Validates the spec (InputError naming the flag: --rate, --cv, ...) and
-// draws the requests. Same spec and seed give the same workload.
+// draws the requests. Same spec and seed give the same workload. Token
+// identity: none for plain synthetic, Azure and CSV requests; with shared
+// prefixes a prompt is [SharedPrefix(group), 0, len] + [RequestTail(id), 0,
+// tail]; sessions: build_session_requests (sim/sessions.h); Mooncake: its
+// hash ids (read_trace). Every request with identity has the output source
+// token_source(Output, id).
 Workload make_workload(const WorkloadSpec& spec);
 
 }  // namespace servesim

@@ -11,8 +11,10 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "sim/clock.h"
@@ -377,5 +379,197 @@ TEST_CASE("The same seed gives byte-identical outputs and another seed different
     CHECK(a.size() > 100);
     CHECK(a == b);
     CHECK(a != c);
+  }
+}
+
+// ---------------------------------------------------------------- sessions
+
+namespace {
+
+// A follow-up turn: `id` is sent `think_s` after request `follows` ended.
+Request turn(int64_t id, int64_t follows, double think_s, int32_t prompt_tokens, int32_t output_tokens) {
+  Request r = request(id, 0.0, prompt_tokens, output_tokens);
+  r.follows = follows;
+  r.think_time_s = think_s;
+  return r;
+}
+
+SchedulerConfig session_config() {
+  return scheduler_config(SchedulerPolicy::Chunked, 64, 512, 16, 10000, 4096, 0.01);
+}
+
+}  // namespace
+
+TEST_CASE("A follow-up turn is released exactly its think time after the turn it follows",
+          "[runner][sessions]") {
+  // 0 at t = 1; 1 follows 0 after 2.5 s; 2 follows 1 at once (think 0).
+  Workload w;
+  w.requests = {request(0, 1.0, 40, 5), turn(1, 0, 2.5, 60, 4), turn(2, 1, 0.0, 80, 3)};
+  FixedCostExecutor ex(2e-3, 1e-5);
+  Scheduler scheduler(session_config());
+  VirtualClock clock;
+  Watcher watcher;
+  watcher.clock = &clock;
+  LoopOptions loop;
+  loop.observers = {&watcher};
+  const RunRecords rec = run_serving_loop(scheduler, ex, clock, w, loop);
+
+  const auto& r = rec.requests;
+  for (const RequestRecord& x : r) REQUIRE(x.completed());
+  CHECK(r[0].arrival_s == 1.0);
+  CHECK(r[1].arrival_s == r[0].finish_s + 2.5);
+  CHECK(r[2].arrival_s == r[1].finish_s);
+  CHECK(r[1].first_scheduled_s == r[1].arrival_s);  // an idle server takes it at once
+  CHECK(r[2].first_scheduled_s == r[2].arrival_s);
+  // The loop idled until each release, and told the observers so; with
+  // think time 0 the next turn is taken in without an idle wait.
+  REQUIRE(watcher.idle.size() == 2);
+  CHECK(watcher.idle[0] == std::pair{0.0, 1.0});
+  CHECK(watcher.idle[1] == std::pair{r[0].finish_s, r[0].finish_s + 2.5});
+  CHECK(rec.end_s == r[2].finish_s);
+}
+
+TEST_CASE("A turn released while the server is busy arrives at its release time",
+          "[runner][sessions]") {
+  // Request 1 (a long prompt at t = 0) keeps the server busy across the
+  // release of 2, which follows the short request 0 after 1 ms.
+  Workload w;
+  w.requests = {request(0, 0.0, 16, 1), request(1, 0.0, 4000, 50), turn(2, 0, 1e-3, 30, 2)};
+  FixedCostExecutor ex(1e-3, 1e-5);
+  RunRecords rec = run(session_config(), ex, w, true);
+  const auto& r = rec.requests;
+  REQUIRE(r[2].completed());
+  CHECK(r[2].arrival_s == r[0].finish_s + 1e-3);
+  // Released mid-iteration: taken in when that iteration ends.
+  CHECK(r[2].first_scheduled_s > r[2].arrival_s);
+  CHECK(r[1].finish_s > r[2].arrival_s);
+  const RunSummary s = summarize_run(rec, SloTargets{});
+  CHECK(s.submitted == 3);
+  CHECK(s.completed == 3);
+  // TTFT counts from the release, not from 0.
+  CHECK(s.ttft_s.max < r[1].finish_s);
+}
+
+TEST_CASE("A rejected turn releases the next one at its rejection time plus think time",
+          "[runner][sessions]") {
+  // Turn 1 is too long for the model (max 4096 tokens): rejected when it is
+  // released; turn 2 follows it 0.5 s later and is served; turn 3 follows 2
+  // with think 0 but is rejected too, and turn 4 comes at once after it.
+  Workload w;
+  w.requests = {request(0, 0.25, 100, 4), turn(1, 0, 1.0, 5000, 10), turn(2, 1, 0.5, 100, 3),
+                turn(3, 2, 0.0, 3000, 2000), turn(4, 3, 0.0, 50, 2)};
+  FixedCostExecutor ex(1e-3, 1e-5);
+  RunRecords rec = run(session_config(), ex, w, true);
+  const auto& r = rec.requests;
+  CHECK(r[1].rejected());
+  CHECK(r[1].arrival_s == r[0].finish_s + 1.0);
+  CHECK(r[2].arrival_s == r[1].arrival_s + 0.5);
+  CHECK(r[3].rejected());
+  CHECK(r[3].arrival_s == r[2].finish_s);
+  CHECK(r[4].arrival_s == r[3].arrival_s);
+  CHECK(r[4].completed());
+  const RunSummary s = summarize_run(rec, SloTargets{});
+  CHECK(s.submitted == 5);
+  CHECK(s.rejected == 2);
+  CHECK(s.completed == 3);
+}
+
+TEST_CASE("Generated sessions run to the end, each turn think time after the previous",
+          "[runner][sessions]") {
+  WorkloadSpec spec;
+  spec.arrival = ArrivalProcess::Poisson;
+  spec.rate = 20;
+  spec.num_requests = 300;
+  spec.prompt_len = "uniform:16:256";
+  spec.output_len = "uniform:4:64";
+  spec.session_turns = "uniform:1:6";
+  spec.think_time = "exponential:0.2s";
+  spec.shared_prefix_groups = 2;
+  spec.shared_prefix_len = 128;
+  spec.seed = 9;
+  const Workload w = make_workload(spec);
+  FixedCostExecutor ex(1e-3, 2e-5);
+  RunRecords rec = run(session_config(), ex, w, true);
+  int64_t follow_ups = 0;
+  for (const Request& q : w.requests) {
+    const RequestRecord& r = rec.requests[size_t(q.id)];
+    INFO("request " << q.id);
+    REQUIRE(r.completed());
+    REQUIRE(r.prompt_tokens == q.prompt_tokens);
+    if (q.follows < 0) {
+      REQUIRE(r.arrival_s == q.arrival_s);
+    } else {
+      ++follow_ups;
+      REQUIRE(r.arrival_s == rec.requests[size_t(q.follows)].finish_s + q.think_time_s);
+    }
+  }
+  CHECK(follow_ups > 150);
+  const RunSummary s = summarize_run(rec, SloTargets{});
+  CHECK(s.completed == 300);
+  // The same workload again: the same run.
+  FixedCostExecutor ex2(1e-3, 2e-5);
+  const RunRecords again = run(session_config(), ex2, w, true);
+  for (size_t i = 0; i < rec.requests.size(); ++i) {
+    REQUIRE(again.requests[i].arrival_s == rec.requests[i].arrival_s);
+    REQUIRE(again.requests[i].finish_s == rec.requests[i].finish_s);
+  }
+}
+
+TEST_CASE("The serving loop refuses follow-ups it cannot release", "[runner][sessions]") {
+  FixedCostExecutor ex(1e-3, 1e-5);
+  Workload w;
+  w.requests = {request(0, 0.0, 10, 2), turn(1, 1, 0.0, 10, 2)};  // follows itself
+  CHECK_THROWS_AS(run(session_config(), ex, w, true), std::invalid_argument);
+  w.requests = {turn(0, 1, 0.0, 10, 2), request(1, 0.0, 10, 2)};  // follows a later one
+  CHECK_THROWS_AS(run(session_config(), ex, w, true), std::invalid_argument);
+  w.requests = {request(0, 0.0, 10, 2), turn(1, 0, 0.0, 10, 2)};
+  w.closed_loop = true;
+  w.concurrency = 1;
+  CHECK_THROWS_AS(run(session_config(), ex, w, true), std::invalid_argument);
+}
+
+TEST_CASE("A released turn quotes what the turns before it really generated", "[runner][sessions]") {
+  // One conversation: 0, then 1 quoting 0's output, then 2 quoting both.
+  auto src = [](TokenSourceKind kind, uint64_t a) { return token_source(kind, a); };
+  auto with_spans = [&](Request r, std::vector<TokenSpan> spans) {
+    r.tokens.prompt_spans = std::move(spans);
+    r.tokens.output_source = src(TokenSourceKind::Output, uint64_t(r.id));
+    r.prompt_tokens = int32_t(r.tokens.prompt_tokens());
+    return r;
+  };
+  const TokenSpan a{src(TokenSourceKind::UserMessage, 0), 0, 100};
+  const TokenSpan out0{src(TokenSourceKind::Output, 0), 0, 40};
+  const TokenSpan out1{src(TokenSourceKind::Output, 1), 0, 30};
+  const TokenSpan c{src(TokenSourceKind::UserMessage, 2), 0, 50};
+
+  SECTION("a turn that stopped at end of sequence contributes the tokens it emitted") {
+    const TokenSpan b{src(TokenSourceKind::UserMessage, 1), 0, 60};
+    Workload w;
+    w.requests = {with_spans(request(0, 0.5, 0, 40), {a}),
+                  with_spans(turn(1, 0, 0.25, 0, 30), {a, out0, b}),
+                  with_spans(turn(2, 1, 0.25, 0, 5), {a, out0, b, out1, c})};
+    FixedCostExecutor ex(1e-3, 1e-5);
+    ex.eos_id = 0;  // request 0 ends after 12 of its 40 tokens
+    ex.eos_after = 12;
+    const RunRecords rec = run(session_config(), ex, w, true);
+    const auto& r = rec.requests;
+    REQUIRE(r[0].tokens_emitted == 12);
+    CHECK(r[1].prompt_tokens == 100 + 12 + 60);
+    CHECK(r[2].prompt_tokens == 100 + 12 + 60 + 30 + 50);
+    for (const RequestRecord& x : r) CHECK(x.completed());
+  }
+  SECTION("a rejected turn contributes nothing") {
+    const TokenSpan b{src(TokenSourceKind::UserMessage, 1), 0, 5000};  // over max-model-len 4096
+    Workload w;
+    w.requests = {with_spans(request(0, 0.5, 0, 40), {a}),
+                  with_spans(turn(1, 0, 0.25, 0, 30), {a, out0, b}),
+                  with_spans(turn(2, 1, 0.25, 0, 5), {a, out0, b, out1, c})};
+    FixedCostExecutor ex(1e-3, 1e-5);
+    const RunRecords rec = run(session_config(), ex, w, true);
+    const auto& r = rec.requests;
+    CHECK(r[1].rejected());
+    CHECK(r[1].prompt_tokens == 100 + 40 + 5000);
+    CHECK(r[2].prompt_tokens == 100 + 40 + 5000 + 50);
+    CHECK(r[2].arrival_s == r[1].arrival_s + 0.25);
   }
 }

@@ -1,6 +1,7 @@
 // The prefix cache's open-addressing index against std::unordered_map under
-// random inserts, replacements and removals, with colliding keys (keys that
-// share their low bits probe the same run).
+// random inserts, hand-overs and removals, with colliding keys (keys that
+// share their low bits probe the same run, and some share all 32 low bits,
+// so the full-key check decides).
 #include <catch2/catch.hpp>
 
 #include <cstdint>
@@ -16,37 +17,57 @@ TEST_CASE("Block key index: agrees with std::unordered_map under random use", "[
   std::mt19937_64 rng(5);
   for (int64_t n : {1, 7, 100, 1000}) {
     BlockKeyIndex idx(n);
-    std::unordered_map<uint64_t, int32_t> ref;
-    std::vector<uint64_t> keys;
+    std::unordered_map<uint64_t, int32_t> first;  // key -> first holder, as the pool keeps it
+    std::vector<uint64_t> key(size_t(n), 0);      // each block's key (what the pool's blocks keep)
+    std::vector<bool> holds(size_t(n), false);
+    auto key_of = [&](int32_t b) { return key[size_t(b)]; };
     for (int step = 0; step < 20000; ++step) {
-      // Few distinct low bits: long probe runs, wrap-around, backward shifts.
-      const uint64_t key = (rng() % 64) | (uint64_t(rng() % 8) << 40);
-      const int32_t block = int32_t(rng() % uint64_t(n));
+      // Few distinct low bits: long probe runs, wrap-around, backward shifts;
+      // high bits that differ behind equal low bits.
+      const uint64_t k = (rng() % 64) | (uint64_t(rng() % 8) << 40);
+      const int32_t b = int32_t(rng() % uint64_t(n));
       switch (rng() % 3) {
-        case 0:
-          if (int64_t(ref.size()) < n) {
-            auto [it, inserted] = ref.try_emplace(key, block);
-            REQUIRE(idx.insert(key, block) == it->second);
+        case 0:  // a block without a key gets one and is offered to the index
+          if (!holds[size_t(b)]) {
+            key[size_t(b)] = k;
+            holds[size_t(b)] = true;
+            auto [it, inserted] = first.try_emplace(k, b);
+            REQUIRE(idx.insert(k, b, key_of) == it->second);
+            if (!inserted) holds[size_t(b)] = false;  // a duplicate: the pool chains it; here dropped
           }
           break;
-        case 1: {
-          auto it = ref.find(key);
-          const bool stored = it != ref.end() && it->second == block;
-          const int32_t next = rng() % 2 ? -1 : int32_t(rng() % uint64_t(n));
-          REQUIRE(idx.replace_if(key, block, next) == stored);
-          if (stored) {
-            if (next < 0) ref.erase(it);
-            else it->second = next;
+        case 1: {  // a holder leaves: removed, or handed over to a free block
+          if (!holds[size_t(b)]) break;
+          const uint64_t kb = key[size_t(b)];
+          const bool stored = first.at(kb) == b;
+          REQUIRE(stored);
+          int32_t next = -1;
+          if (rng() % 2)
+            for (int32_t c = 0; c < int32_t(n); ++c)
+              if (!holds[size_t(c)]) {
+                next = c;
+                break;
+              }
+          REQUIRE(idx.replace_if(kb, b, next));
+          holds[size_t(b)] = false;
+          if (next >= 0) {
+            key[size_t(next)] = kb;
+            holds[size_t(next)] = true;
+            first[kb] = next;
+          } else {
+            first.erase(kb);
           }
+          // Not the holder: nothing happens.
+          CHECK_FALSE(idx.replace_if(kb, b, -1));
           break;
         }
         default: {
-          auto it = ref.find(key);
-          REQUIRE(idx.find(key) == (it == ref.end() ? -1 : it->second));
+          auto it = first.find(k);
+          REQUIRE(idx.find(k, key_of) == (it == first.end() ? -1 : it->second));
         }
       }
-      REQUIRE(idx.size() == ref.size());
+      REQUIRE(idx.size() == first.size());
     }
-    for (const auto& [k, b] : ref) CHECK(idx.find(k) == b);
+    for (const auto& [k, b] : first) CHECK(idx.find(k, key_of) == b);
   }
 }
