@@ -38,6 +38,9 @@ po::options_description workload_options(const WorkloadDefaults& defaults) {
        "azure (TIMESTAMP,ContextTokens,GeneratedTokens) | csv (arrival_s,prompt_tokens,output_tokens) | "
        "mooncake (JSON lines: timestamp in ms, input_length, output_length, hash_ids of 512-token "
        "prompt blocks, which give the prompts' shared prefixes)")
+      ("mooncake-block-tokens", po::value<int32_t>()->default_value(512),
+       "Mooncake traces: tokens each hash id stands for; below 512 the trace's sharing is replayed at a "
+       "smaller size, prompt and output lengths scaled by N/512 (rounded up)")
       ("rate-scale", po::value<double>()->default_value(1.0, "1"),
        "trace replay: multiply the arrival rate by this")
       ("max-requests", po::value<int64_t>(), "trace replay: keep the first N requests")
@@ -144,7 +147,8 @@ void reject_flags_that_do_not_apply(const po::variables_map& vm, ArrivalProcess 
   reject_if("num-requests", trace, "a trace replay has the trace's requests (see --max-requests)");
   reject_if("prompt-len", any_trace, "lengths come from the trace");
   reject_if("output-len", any_trace, "lengths come from the trace");
-  for (const char* flag : {"trace-format", "rate-scale", "max-requests", "trace-start", "trace-duration"})
+  for (const char* flag : {"trace-format", "rate-scale", "max-requests", "trace-start", "trace-duration",
+                           "mooncake-block-tokens"})
     reject_if(flag, !any_trace, "no --trace or --lengths-from-trace is given");
   reject_if("rate-scale", lengths_from_trace, "arrivals are synthetic (--arrival)");
   for (const char* flag : {"shared-prefix-groups", "shared-prefix-len"})
@@ -185,6 +189,9 @@ WorkloadSpec workload_from(const po::variables_map& vm) {
     t.window_start_s = vm["trace-start"].as<double>();
     if (vm.count("trace-duration")) t.window_duration_s = vm["trace-duration"].as<double>();
     if (vm.count("max-requests")) t.max_requests = vm["max-requests"].as<int64_t>();
+    t.mooncake_block_tokens = vm["mooncake-block-tokens"].as<int32_t>();
+    if (!vm["mooncake-block-tokens"].defaulted() && t.format != TraceFormat::Mooncake)
+      throw InputError("--mooncake-block-tokens applies to --trace-format mooncake only");
     if (!(t.rate_scale > 0) || !std::isfinite(t.rate_scale))
       throw InputError(fmt::format("--rate-scale must be > 0 (got {})", t.rate_scale));
     if (!(t.window_start_s >= 0) || !std::isfinite(t.window_start_s))

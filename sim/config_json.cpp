@@ -50,6 +50,7 @@ nlohmann::json workload_to_json(const WorkloadSpec& w) {
                    {"window_start_s", w.trace.window_start_s},
                    {"max_requests", w.trace.max_requests}};
     if (std::isfinite(w.trace.window_duration_s)) wl["trace"]["window_duration_s"] = w.trace.window_duration_s;
+    if (w.trace.format == TraceFormat::Mooncake) wl["trace"]["mooncake_block_tokens"] = w.trace.mooncake_block_tokens;
     return wl;
   }
   wl["num_requests"] = w.num_requests;

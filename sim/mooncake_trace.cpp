@@ -129,13 +129,18 @@ MooncakeTrace parse_mooncake_trace(const std::string& path,
   return trace;
 }
 
+int32_t scaled_mooncake_length(int32_t length, int32_t block_tokens) {
+  const int64_t scaled = (int64_t(length) * block_tokens + kMooncakeBlockTokens - 1) / kMooncakeBlockTokens;
+  return int32_t(std::max<int64_t>(scaled, 1));
+}
+
 std::vector<TokenSpan> mooncake_prompt_spans(std::span<const uint64_t> hash_ids,
-                                             int32_t input_length) {
+                                             int32_t input_length, int32_t block_tokens) {
   std::vector<TokenSpan> spans;
   spans.reserve(hash_ids.size());
   int64_t left = input_length;
   for (const uint64_t id : hash_ids) {
-    const auto length = int32_t(std::min<int64_t>(kMooncakeBlockTokens, left));
+    const auto length = int32_t(std::min<int64_t>(block_tokens, left));
     spans.push_back({token_source(TokenSourceKind::MooncakeBlock, id), 0, length});
     left -= length;
   }

@@ -48,8 +48,15 @@ MooncakeTrace parse_mooncake_trace(const std::string& path,
                                    const std::vector<std::string_view>& lines);
 
 // The prompt of a Mooncake request: block i is span {MooncakeBlock(id_i), 0,
-// min(512, input_length - 512 i)}, so the spans' lengths sum to input_length.
+// min(B, input_length - B i)} with B = block_tokens (the trace's 512, or
+// fewer for a scaled replay), so the spans' lengths sum to input_length.
 std::vector<TokenSpan> mooncake_prompt_spans(std::span<const uint64_t> hash_ids,
-                                             int32_t input_length);
+                                             int32_t input_length,
+                                             int32_t block_tokens = kMooncakeBlockTokens);
+
+// A length of the trace scaled to `block_tokens` tokens per hash id:
+// ceil(length * block_tokens / 512), at least 1. A prompt's scaled length
+// still needs exactly its ids: ceil(scaled / block_tokens) = ceil(length / 512).
+int32_t scaled_mooncake_length(int32_t length, int32_t block_tokens);
 
 }  // namespace servesim

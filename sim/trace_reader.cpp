@@ -379,10 +379,13 @@ std::vector<Request> read_mooncake(const TraceOptions& o, const std::string& con
   }
   const MooncakeTrace trace = parse_mooncake_trace(o.path, lines);
   std::vector<Row> rows(trace.lines.size());
+  const int32_t bt = o.mooncake_block_tokens;
+  if (bt < 1 || bt > kMooncakeBlockTokens)
+    throw InputError(fmt::format("--mooncake-block-tokens must be in 1 .. {} (got {})", kMooncakeBlockTokens, bt));
   for (size_t i = 0; i < rows.size(); ++i) {
     rows[i].seconds = trace.lines[i].timestamp_s;
-    rows[i].prompt_tokens = trace.lines[i].input_length;
-    rows[i].output_tokens = trace.lines[i].output_length;
+    rows[i].prompt_tokens = scaled_mooncake_length(trace.lines[i].input_length, bt);
+    rows[i].output_tokens = scaled_mooncake_length(trace.lines[i].output_length, bt);
     rows[i].index = i;
   }
   std::vector<size_t> kept;
@@ -390,7 +393,7 @@ std::vector<Request> read_mooncake(const TraceOptions& o, const std::string& con
   // Identity after numbering: the output source names the final id.
   for (size_t i = 0; i < requests.size(); ++i) {
     const MooncakeLine& line = trace.lines[kept[i]];
-    requests[i].tokens.prompt_spans = mooncake_prompt_spans(trace.ids_of(line), line.input_length);
+    requests[i].tokens.prompt_spans = mooncake_prompt_spans(trace.ids_of(line), requests[i].prompt_tokens, bt);
     requests[i].tokens.output_source = token_source(TokenSourceKind::Output, uint64_t(requests[i].id));
   }
   return requests;

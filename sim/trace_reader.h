@@ -35,6 +35,10 @@ struct TraceOptions {
   double window_duration_s = std::numeric_limits<double>::infinity();
   // Then keep only the first max_requests (-1: all).
   int64_t max_requests = -1;
+  // Mooncake only: tokens each hash id stands for (the trace's 512, or fewer
+  // to replay its sharing at a smaller size); prompt and output lengths are
+  // scaled by the same factor, rounded up.
+  int32_t mooncake_block_tokens = 512;
 };
 
 // Reads, sorts by arrival (stable), windows, shifts, scales and numbers the

@@ -103,6 +103,36 @@ def mooncake_lengths_from_trace(ctx):
 
 
 @case
+def mooncake_block_tokens(ctx):
+    """--mooncake-block-tokens 32: the same requests, lengths scaled by
+    32/512 (rounded up), and the same sharing: hits are in the same
+    proportion of 16-token blocks as the independent rule gives at the scale."""
+    path = mooncake_trace(ctx)
+    out = ctx.path("scaled")
+    ctx.simulate("--trace", path, "--trace-format", "mooncake", "--max-requests", "120",
+                 "--mooncake-block-tokens", "32", "--model", "small-110m", "--out", out)
+    rows = sorted(trace_lines(path), key=lambda r: r["timestamp"])[:120]
+    reqs = by_id(out)
+    scaled = lambda n: max(1, (n * 32 + 511) // 512)
+    for row, r in zip(rows, reqs):
+        if r["status"] == "rejected":
+            continue
+        check(int(r["prompt_tokens"]) == scaled(row["input_length"]) and
+              int(r["output_tokens"]) == scaled(row["output_length"]),
+              f"request {r['id']}: ({r['prompt_tokens']}, {r['output_tokens']}) != scaled trace lengths")
+    s = load_summary(out)
+    check(s["config"]["workload"]["trace"]["mooncake_block_tokens"] == 32, "config echoes the scale")
+    check(s["prefix_cache"]["hits_tokens"] > 0, "the scaled trace still shares its system prompt")
+    expect_input_error(ctx, ["simulate", "--trace", path, "--trace-format", "mooncake", "--mooncake-block-tokens",
+                             "0"], ["--mooncake-block-tokens", "0"])
+    expect_input_error(ctx, ["simulate", "--trace", path, "--trace-format", "mooncake", "--mooncake-block-tokens",
+                             "513"], ["--mooncake-block-tokens", "513"])
+    expect_input_error(ctx, ["simulate", "--trace", ctx.code_trace, "--mooncake-block-tokens", "32"],
+                       ["--mooncake-block-tokens", "mooncake"])
+    expect_input_error(ctx, ["simulate", "--mooncake-block-tokens", "32"], ["--mooncake-block-tokens"])
+
+
+@case
 def error_mooncake_trace(ctx):
     os.makedirs(ctx.work_dir, exist_ok=True)
     path = ctx.path("bad.jsonl")

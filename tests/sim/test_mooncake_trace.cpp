@@ -252,3 +252,22 @@ TEST_CASE("An Azure trace read as JSON lines, or JSON lines as Azure, says which
   CHECK_THROWS_WITH(read_trace(o), Catch::Contains(kConversation + ":1:") &&
                                        Catch::Contains("--trace-format mooncake"));
 }
+
+TEST_CASE("Mooncake: a replay at fewer tokens per hash id keeps the ids and scales the lengths", "[mooncake]") {
+  // ceil(len * N / 512), at least 1; the scaled prompt needs exactly its ids.
+  for (int32_t n : {1, 16, 32, 100, 512})
+    for (int32_t len : {1, 2, 511, 512, 513, 1024, 6758, 126195}) {
+      const int32_t scaled = servesim::scaled_mooncake_length(len, n);
+      CHECK(scaled >= 1);
+      CHECK(int64_t(scaled) == std::max<int64_t>(1, (int64_t(len) * n + 511) / 512));
+      CHECK((scaled + n - 1) / n == (len + 511) / 512);
+    }
+  const std::vector<uint64_t> ids{7, 8, 9};
+  const auto spans = servesim::mooncake_prompt_spans(ids, servesim::scaled_mooncake_length(1100, 32), 32);
+  // 1100 tokens over 3 ids at 32 per id: 32 + 32 + ceil(76 * 32 / 512) = 5.
+  REQUIRE(spans.size() == 3);
+  CHECK(spans[0].length == 32);
+  CHECK(spans[1].length == 32);
+  CHECK(spans[2].length == 5);
+  CHECK(servesim::scaled_mooncake_length(1100, 32) == 69);
+}
