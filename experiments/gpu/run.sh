@@ -109,6 +109,12 @@ validate() {  # MODEL LOADS LIMIT
 }
 validate llama-3.2-1b "light:10:60,near-saturation:150:300,overloaded:600:300" 100
 validate llama-3.1-8b "light:5:40,near-saturation:60:200,overloaded:240:200" 130
+# Prefix caching (docs/prefix-caching.md): a shared-prefix workload and a
+# Mooncake replay at 32 tokens per hash id, both schedulers, on the profile
+# the step above calibrated.
+step prefix-caching 200 /usr/bin/env python3 "$repo/experiments/prefix_caching/validate.py" --servesim "$servesim" \
+  --device cuda --model llama-3.1-8b --profile "$work/validation/llama-3.1-8b/profile.json" \
+  --out "$work/prefix_caching" --attempts 1 --predict-draws 11
 nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv >>"$out/log.txt" 2>&1
 
 kill "$dmon" 2>/dev/null

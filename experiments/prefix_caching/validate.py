@@ -1,0 +1,133 @@
+#!/usr/bin/python3
+"""Prefix caching against real runs: `servesim validate` of workloads whose
+prompts share prefixes, continuous and chunked, with the prefix cache on.
+
+Two workloads:
+  shared_prefix  Poisson arrivals; each prompt one of 4 shared prefixes,
+                 then its own tail (--shared-prefix-groups/--shared-prefix-len)
+  mooncake       the first requests of the Mooncake conversation trace,
+                 replayed at --mooncake-block-tokens tokens per hash id (its
+                 sharing at this machine's size) and --rate-scale
+
+Each point is gated as the CPU validation study gates (experiments/drift_gate.py:
+--max-floor reruns a point whose own noise floor is above it, --attempts at
+most). Writes summary.csv (a replay and a predict row a point, with the hit
+rate), one folder per point and metadata.json into --out.
+
+Usage: experiments/prefix_caching/validate.py [--device cpu|cuda] [--model M] [--profile P | calibrates]
+       [--max-floor F] [--attempts N] [--out DIR]
+"""
+import argparse
+import csv
+import datetime
+import importlib.util
+import json
+import os
+import platform
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "experiments"))
+import drift_gate  # noqa: E402
+
+_spec = importlib.util.spec_from_file_location("validation_cpu_run", os.path.join(ROOT, "experiments/validation_cpu/run.py"))
+validation_cpu = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(validation_cpu)
+
+TRACE = os.path.join(ROOT, "data", "traces", "mooncake_conversation.jsonl")
+
+# Per device: the workloads' sizes. CPU: small-110m (1024 positions); CUDA:
+# llama-3.1-8b, prompts within the GPU calibration's 4096 positions.
+PRESETS = {
+    "cpu": {
+        "model": "small-110m",
+        "profile": None,  # calibrated first: a profile is a property of this machine now
+        "shared_prefix": ["--arrival", "poisson", "--rate", "2.5", "--num-requests", "64",
+                          "--shared-prefix-groups", "4", "--shared-prefix-len", "256",
+                          "--prompt-len", "uniform:16:128", "--output-len", "uniform:16:64"],
+        "mooncake": ["--trace", TRACE, "--trace-format", "mooncake", "--mooncake-block-tokens", "16",
+                     "--max-requests", "200", "--rate-scale", "0.7"],
+        "validate_args": [],
+    },
+    "cuda": {
+        "model": "llama-3.1-8b",
+        "profile": None,
+        "shared_prefix": ["--arrival", "poisson", "--rate", "20", "--num-requests", "300",
+                          "--shared-prefix-groups", "8", "--shared-prefix-len", "1536",
+                          "--prompt-len", "uniform:64:512", "--output-len", "uniform:16:128"],
+        "mooncake": ["--trace", TRACE, "--trace-format", "mooncake", "--mooncake-block-tokens", "32",
+                     "--max-requests", "300", "--rate-scale", "4"],
+        "validate_args": ["--kv-cache-memory", "24GiB", "--max-num-seqs", "256", "--max-num-batched-tokens", "8192"],
+    },
+}
+SCHEDULERS = ["continuous", "chunked"]
+
+
+def hit_rate(point):
+    with open(os.path.join(point, "measured", "summary.json")) as f:
+        return json.load(f)["prefix_cache"]["hit_rate"]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--servesim", default=os.path.join(ROOT, "build/release/cli/servesim"))
+    ap.add_argument("--out", default=os.path.join(ROOT, "experiments/results/prefix_caching/validation_cpu"))
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--model")
+    ap.add_argument("--profile", help="a profile of --model on --device (default: the preset's, or calibrate one)")
+    ap.add_argument("--calibrate-args", default="", help="extra flags for `servesim calibrate`")
+    ap.add_argument("--max-floor", type=float, default=0.0)
+    ap.add_argument("--attempts", type=int, default=3)
+    ap.add_argument("--predict-draws", type=int, default=51)
+    ap.add_argument("--workloads", default="shared_prefix,mooncake")
+    opts = ap.parse_args()
+    preset = PRESETS["cuda" if opts.device.startswith("cuda") else "cpu"]
+    model = opts.model or preset["model"]
+    os.makedirs(opts.out, exist_ok=True)
+
+    profile = opts.profile or preset["profile"]
+    if not profile or not os.path.exists(profile):
+        profile = os.path.join(opts.out, "profile.json")
+        validation_cpu.sh([opts.servesim, "calibrate", "--device", opts.device, "--model", model, "--out", profile]
+                          + opts.calibrate_args.split())
+
+    def runner(workload, scheduler):
+        return lambda out: validation_cpu.sh(
+            [opts.servesim, "validate", "--device", opts.device, "--model", model, "--profile", profile,
+             "--scheduler", scheduler, "--seed", "1", "--quiet", "--predict-draws", str(opts.predict_draws),
+             "--out", out] + preset[workload] + preset["validate_args"])
+
+    rows, attempts = [], []
+    for workload in opts.workloads.split(","):
+        for scheduler in SCHEDULERS:
+            point = os.path.join(opts.out, f"{workload}_{scheduler}")
+            attempt, score = drift_gate.validate_gated(runner(workload, scheduler), point, 0.0, opts.attempts,
+                                                       attempts, max_floor=opts.max_floor)
+            for row in validation_cpu.summary_rows(point, scheduler, workload, "", "", attempt, score):
+                row["hit_rate"] = hit_rate(point)
+                rows.append(row)
+            validation_cpu.write_summary(opts.out, rows)
+
+    cpu = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    meta = {"command": "experiments/prefix_caching/validate.py " + " ".join(sys.argv[1:]),
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "commit": commit, "machine": f"{cpu} ({os.cpu_count()} cores), {platform.node()}",
+            "device": opts.device, "model": model, "profile": os.path.relpath(profile, ROOT),
+            "workloads": {w: [x.replace(ROOT + "/", "") for x in preset[w]] for w in opts.workloads.split(",")}, "schedulers": SCHEDULERS,
+            "max_floor": opts.max_floor, "attempts": opts.attempts, "predict_draws": opts.predict_draws}
+    with open(os.path.join(opts.out, "metadata.json"), "w") as f:
+        json.dump(meta, f, indent=2)
+        f.write("\n")
+
+
+if __name__ == "__main__":
+    main()
