@@ -1,10 +1,13 @@
-// The prefix cache's keys: one per full KV block of a sequence, each a hash
-// of its parent block's key and of the tokens the block holds (vLLM V1's
-// hash_block_tokens, kv_cache_utils.py). Tokens are named by their
-// TokenIdentity (source, position) instead of by vocabulary ids, so the key
-// of a block is a hash of the maximal runs of consecutive positions of one
-// source it covers: the same tokens always give the same runs, however the
-// prompt's spans were cut.
+// The prefix cache's keys: one per full KV block of a sequence, each a
+// function of its parent block's key and of the tokens the block holds
+// (vLLM V1's hash_block_tokens, kv_cache_utils.py): the parent's key plus a
+// hash of the block's tokens and of its index in the sequence. The sum
+// chains the keys (a block's key depends on every token before it) while
+// the blocks' own hashes, which do not depend on each other, are computed
+// side by side. Tokens are named by their TokenIdentity (source, position)
+// instead of by vocabulary ids, so a block's own hash is of the maximal runs
+// of consecutive positions of one source it covers: the same tokens always
+// give the same runs, however the prompt's spans were cut.
 #pragma once
 
 #include <cstdint>

@@ -43,7 +43,7 @@ void KvBlockPool::take_out_of_queue(int32_t block) {
   if (int64_t(queue_.size() - head_) - num_free_ > num_blocks_) compact();
 }
 
-int32_t KvBlockPool::pop_front_free() {
+inline int32_t KvBlockPool::pop_front_free() {
   for (;; ++head_) {
     const int32_t block = queue_[head_];
     if (blocks_[size_t(block)].queued_at == queue_base_ + int64_t(head_)) {
@@ -77,10 +77,9 @@ std::vector<int32_t> KvBlockPool::free_queue() const {
   return out;
 }
 
-void KvBlockPool::drop_key(int32_t block) {
+inline void KvBlockPool::drop_key(int32_t block) {
   Block& b = blocks_[size_t(block)];
-  if (b.next_same_key == kNoKey) return;
-  const uint64_t key = blocks_[size_t(block)].key;
+  const uint64_t key = b.key;
   // The first holder: the next one (if any) takes its place in the index.
   if (by_key_.replace_if(key, block, b.next_same_key)) {
     if (b.next_same_key >= 0) --duplicate_keys_;
@@ -100,16 +99,24 @@ bool KvBlockPool::grow_to(std::vector<int32_t>& table, int64_t tokens) {
   if (need <= 0) return true;
   if (need > num_free_) return false;
   const size_t first = table.size();
-  for (int64_t i = 0; i < need; ++i) {
-    const int32_t block = pop_front_free();
-    Block& b = blocks_[size_t(block)];
-    b.ref_count = 1;
-    table.push_back(block);
-    if (b.next_same_key != kNoKey) by_key_.prefetch(blocks_[size_t(block)].key);
+  // Lazy eviction: a slot is reused only now. One pass, pipelined so that
+  // memory is loaded ahead and the misses overlap: the queue's next blocks
+  // 2 kPrefetchAhead ahead, a taken block's index line as it is taken, and
+  // its key dropped kPrefetchAhead blocks later.
+  const int64_t lag = int64_t(kPrefetchAhead);
+  for (int64_t i = 0; i < need + lag; ++i) {
+    if (i < need) {
+      if (head_ + 2 * kPrefetchAhead < queue_.size())
+        __builtin_prefetch(&blocks_[size_t(queue_[head_ + 2 * kPrefetchAhead])]);
+      const int32_t block = pop_front_free();
+      blocks_[size_t(block)].ref_count = 1;
+      table.push_back(block);
+      prefetch_held_key(block);
+    }
+    if (i < lag) continue;
+    const int32_t taken = table[first + size_t(i - lag)];
+    if (blocks_[size_t(taken)].next_same_key != kNoKey) drop_key(taken);
   }
-  // Lazy eviction: a slot is reused only now. Apart from the loop above so
-  // that the index's cache lines are on their way (prefetched) meanwhile.
-  for (size_t i = first; i < table.size(); ++i) drop_key(table[i]);
   peak_used_ = std::max(peak_used_, num_used());
   return true;
 }
@@ -137,6 +144,7 @@ void KvBlockPool::find_cached_prefix(std::span<const uint64_t> hashes, int64_t m
                                      std::vector<int32_t>& hit) const {
   const size_t n = size_t(std::clamp<int64_t>(max_blocks, 0, int64_t(hashes.size())));
   for (size_t i = 0; i < n; ++i) {
+    if (i + kPrefetchAhead < n) by_key_.prefetch(hashes[i + kPrefetchAhead]);
     const int32_t block = by_key_.find(hashes[i], key_of());
     if (block < 0) return;
     hit.push_back(block);
@@ -160,18 +168,32 @@ void KvBlockPool::take_cached(std::span<const int32_t> blocks, std::vector<int32
   peak_used_ = std::max(peak_used_, num_used());
 }
 
-void KvBlockPool::cache(int32_t block, uint64_t hash) {
+inline void KvBlockPool::cache_one(int32_t block, uint64_t hash) {
   Block& b = blocks_[size_t(block)];
   if (b.ref_count <= 0) throw std::logic_error(fmt::format("KvBlockPool: block {} cached while free", block));
   if (b.next_same_key != kNoKey) return;  // a hit block: already cached under its key
-  blocks_[size_t(block)].key = hash;
+  b.key = hash;
   b.next_same_key = -1;
   const int32_t first = by_key_.insert(hash, block, key_of());
-  if (first == block) return;
-  int32_t h = first;  // append to the chain: older holders are found first
+  if (first != block) append_holder(first, block);
+}
+
+void KvBlockPool::append_holder(int32_t first, int32_t block) {
+  int32_t h = first;  // the end of the chain: older holders are found first
   while (blocks_[size_t(h)].next_same_key >= 0) h = blocks_[size_t(h)].next_same_key;
   blocks_[size_t(h)].next_same_key = block;
   ++duplicate_keys_;
+}
+
+void KvBlockPool::cache(int32_t block, uint64_t hash) { cache_one(block, hash); }
+
+void KvBlockPool::cache(std::span<const int32_t> blocks, std::span<const uint64_t> keys) {
+  if (blocks.size() != keys.size()) throw std::logic_error("KvBlockPool::cache: one key a block");
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    // The index's cache lines are loaded a few blocks ahead (their misses overlap).
+    if (i + kPrefetchAhead < blocks.size()) by_key_.prefetch(keys[i + kPrefetchAhead]);
+    cache_one(blocks[i], keys[i]);
+  }
 }
 
 }  // namespace servesim

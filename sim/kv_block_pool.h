@@ -71,8 +71,9 @@ class KvBlockPool {
   // block may hold the same key (two sequences computed the same content at
   // once), and a lookup finds the older one first.
   void cache(int32_t block, uint64_t hash);
-  // Starts loading what cache() and find_cached_prefix() of `hash` read.
-  void prefetch_key(uint64_t hash) const { by_key_.prefetch(hash); }
+  // cache(blocks[i], keys[i]) for each i, with the index's memory loaded
+  // ahead.
+  void cache(std::span<const int32_t> blocks, std::span<const uint64_t> keys);
 
   // For tests: the reference count and key of a block, and the free queue
   // from head to tail.
@@ -98,7 +99,16 @@ class KvBlockPool {
   void take_out_of_queue(int32_t block);
   int32_t pop_front_free();
   void compact();
-  void drop_key(int32_t block);  // eviction
+  // How many blocks ahead a batch loads the index's cache lines (and grow_to
+  // the queue's blocks, twice as far): enough to overlap their misses, few
+  // enough that the loads are not dropped. 8 and 32 were slower.
+  static constexpr size_t kPrefetchAhead = 16;
+  void prefetch_held_key(int32_t block) const {
+    if (blocks_[size_t(block)].next_same_key != kNoKey) by_key_.prefetch(blocks_[size_t(block)].key);
+  }
+  void drop_key(int32_t block);  // eviction of a block that holds a key
+  void cache_one(int32_t block, uint64_t hash);
+  void append_holder(int32_t first, int32_t block);  // a duplicate key: to the end of its chain
   void free_one(int32_t block);
   // The full key of a block that holds one, for the index.
   auto key_of() const {

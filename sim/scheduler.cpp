@@ -1,6 +1,7 @@
 #include "sim/scheduler.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -119,6 +120,9 @@ std::optional<std::string> Scheduler::add_request(const Request& r) {
 int32_t Scheduler::find_prefix_hit(Sequence& s) {
   hit_.clear();
   if (!uses_prefix_cache(s) || s.computed > 0 || !s.blocks.empty()) return 0;
+  // Room for the keys of every block the sequence may fill, at once (a
+  // power of two, as push_back would grow it: the allocator reuses those).
+  s.block_keys.reserve(std::bit_ceil(size_t(kv_.blocks_for(int64_t(s.prompt_tokens) + s.output_tokens))));
   // vLLM's get_computed_blocks: the longest run of cached full blocks, but
   // at most (num_tokens - 1) / block_size of them, so that at least one
   // token is computed and yields the logits to sample from.
@@ -153,8 +157,9 @@ void Scheduler::cache_full_blocks(Sequence& s, int64_t tokens) {
   const int64_t full = std::min<int64_t>(tokens, s.total()) / kv_.block_size();
   if (full <= s.cached_blocks) return;
   extend_block_keys(s.tokens, full * kv_.block_size(), kv_.block_size(), s.block_keys);
-  for (int64_t k = s.cached_blocks; k < full; ++k) kv_.prefetch_key(s.block_keys[size_t(k)]);
-  for (int64_t k = s.cached_blocks; k < full; ++k) kv_.cache(s.blocks[size_t(k)], s.block_keys[size_t(k)]);
+  const size_t first = size_t(s.cached_blocks), n = size_t(full) - first;
+  kv_.cache(std::span<const int32_t>(s.blocks).subspan(first, n),
+            std::span<const uint64_t>(s.block_keys).subspan(first, n));
   s.cached_blocks = int32_t(full);
 }
 

@@ -5,7 +5,10 @@
 #include <catch2/catch.hpp>
 
 #include <cstdint>
+#include <map>
+#include <random>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "sim/block_hashes.h"
@@ -95,4 +98,40 @@ TEST_CASE("Block keys: a conversation's next turn shares its history's keys", "[
   REQUIRE(k1.size() == 4);
   REQUIRE(k2.size() == 6);
   for (size_t i = 0; i < k1.size(); ++i) CHECK(k2[i] == k1[i]);
+}
+
+TEST_CASE("Block keys: of many prompts, two keys are equal exactly when their blocks and all before them hold the "
+          "same tokens",
+          "[prefix]") {
+  // Prompts of 1 to 6 spans, each span one of two sources per place (a tree
+  // of shared prefixes, as in a Mooncake trace), some cut in two; blocks of
+  // 4 tokens, spans of 6, so that blocks cross spans.
+  std::mt19937_64 rng(3);
+  std::map<std::vector<std::pair<uint64_t, int32_t>>, uint64_t> key_of_tokens;  // tokens so far -> key
+  std::map<uint64_t, std::vector<std::pair<uint64_t, int32_t>>> tokens_of_key;
+  for (int p = 0; p < 400; ++p) {
+    std::vector<TokenSpan> spans;
+    std::vector<std::pair<uint64_t, int32_t>> tokens;  // (source, position) of each token
+    const int n = 1 + int(rng() % 6);
+    for (int i = 0; i < n; ++i) {
+      const uint64_t source = token_source(TokenSourceKind::MooncakeBlock, uint64_t(2 * i + rng() % 2));
+      if (rng() % 4 == 0) {
+        spans.push_back({source, 0, 2});
+        spans.push_back({source, 2, 4});
+      } else {
+        spans.push_back({source, 0, 6});
+      }
+      for (int32_t j = 0; j < 6; ++j) tokens.emplace_back(source, j);
+    }
+    const auto keys = keys_of(identity(spans), int64_t(tokens.size()), 4);
+    REQUIRE(keys.size() == tokens.size() / 4);
+    for (size_t b = 0; b < keys.size(); ++b) {
+      const std::vector<std::pair<uint64_t, int32_t>> prefix(tokens.begin(), tokens.begin() + long(4 * (b + 1)));
+      auto [it, fresh] = key_of_tokens.try_emplace(prefix, keys[b]);
+      CHECK(it->second == keys[b]);  // the same tokens: the same key
+      auto [jt, new_key] = tokens_of_key.try_emplace(keys[b], prefix);
+      CHECK(jt->second == prefix);   // the same key: the same tokens
+    }
+  }
+  CHECK(key_of_tokens.size() > 100);  // many distinct prefixes were compared (162)
 }

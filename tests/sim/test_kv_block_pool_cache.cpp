@@ -105,6 +105,31 @@ TEST_CASE("Block pool: two blocks may hold one key, a lookup finds the older, ev
   CHECK(kv.num_cached() == 1);
 }
 
+TEST_CASE("Block pool: caching a batch of blocks is caching each in turn", "[prefix][kv]") {
+  // 40 blocks (more than the batch loads ahead), some keys twice, some
+  // blocks already holding a key; two pools, one cached block by block.
+  KvBlockPool batch(48, 4), each(48, 4);
+  std::vector<int32_t> ta, tb;
+  REQUIRE(batch.grow_to(ta, 160));
+  REQUIRE(each.grow_to(tb, 160));
+  REQUIRE(ta == tb);
+  std::vector<uint64_t> keys;
+  for (uint64_t i = 0; i < 40; ++i) keys.push_back(i % 7 == 3 ? 1000 + i / 2 : 1000 + i);
+  batch.cache(ta[5], keys[5]);
+  each.cache(tb[5], keys[5]);
+  batch.cache(ta, keys);
+  for (size_t i = 0; i < tb.size(); ++i) each.cache(tb[i], keys[i]);
+  CHECK(batch.num_cached() == each.num_cached());
+  for (uint64_t k : keys) {
+    std::vector<int32_t> hit_batch, hit_each;
+    batch.find_cached_prefix(std::vector<uint64_t>{k}, 1, hit_batch);
+    each.find_cached_prefix(std::vector<uint64_t>{k}, 1, hit_each);
+    CHECK(hit_batch == hit_each);
+  }
+  std::vector<uint64_t> short_keys(keys.begin(), keys.begin() + 3);
+  CHECK_THROWS_AS(batch.cache(ta, short_keys), std::logic_error);  // one key a block
+}
+
 TEST_CASE("Block pool: misuse is a logic error, not silent corruption", "[prefix][kv]") {
   KvBlockPool kv(3, 4);
   std::vector<int32_t> a;
