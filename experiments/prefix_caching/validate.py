@@ -9,13 +9,18 @@ Two workloads:
                  replayed at --mooncake-block-tokens tokens per hash id (its
                  sharing at this machine's size) and --rate-scale
 
-Each point is gated as the CPU validation study gates (experiments/drift_gate.py:
---max-floor reruns a point whose own noise floor is above it, --attempts at
-most). Writes summary.csv (a replay and a predict row a point, with the hit
-rate), one folder per point and metadata.json into --out.
+Each point is gated as the CPU validation study gates (experiments/drift_gate.py):
+with --host-drift interleave the profile's whole-model factors are timed again
+all through each run and --max-drift reruns a point whose level moved more,
+or that ran in a placement of the threads it was not costed in; --max-floor
+reruns a point whose own noise floor is above it; --attempts at most. The
+calibration is redone (--calibration-attempts) when fewer than 85% of its
+drift probes saw one placement, as the CPU study does. Writes summary.csv
+(a replay and a predict row a point, with the hit rate), attempts.csv, one folder per point and metadata.json into --out.
 
 Usage: experiments/prefix_caching/validate.py [--device cpu|cuda] [--model M] [--profile P | calibrates]
-       [--max-floor F] [--attempts N] [--out DIR]
+       [--host-drift off|report|interleave] [--max-drift F] [--max-floor F] [--attempts N]
+       [--calibration-attempts N] [--out DIR]
 """
 import argparse
 import csv
@@ -78,11 +83,20 @@ def main():
     ap.add_argument("--model")
     ap.add_argument("--profile", help="a profile of --model on --device (default: the preset's, or calibrate one)")
     ap.add_argument("--calibrate-args", default="", help="extra flags for `servesim calibrate`")
+    ap.add_argument("--host-drift", choices=["off", "report", "interleave"], default="off",
+                    help="validate's --host-drift (and calibrate's, unless off), as in experiments/validation_cpu/run.py")
+    ap.add_argument("--max-drift", type=float, default=0.0,
+                    help="rerun a point whose drift (experiments/drift_gate.py) is above this; needs --host-drift")
+    ap.add_argument("--calibration-attempts", type=int, default=1,
+                    help="calibrate again (at most this many times) while under 85%% of the drift probes saw one "
+                         "placement; needs --host-drift")
     ap.add_argument("--max-floor", type=float, default=0.0)
     ap.add_argument("--attempts", type=int, default=3)
     ap.add_argument("--predict-draws", type=int, default=51)
     ap.add_argument("--workloads", default="shared_prefix,mooncake")
     opts = ap.parse_args()
+    if opts.max_drift > 0 and opts.host_drift == "off":
+        ap.error("--max-drift needs --host-drift report or interleave")
     preset = PRESETS["cuda" if opts.device.startswith("cuda") else "cpu"]
     model = opts.model or preset["model"]
     os.makedirs(opts.out, exist_ok=True)
@@ -90,25 +104,40 @@ def main():
     profile = opts.profile or preset["profile"]
     if not profile or not os.path.exists(profile):
         profile = os.path.join(opts.out, "profile.json")
-        validation_cpu.sh([opts.servesim, "calibrate", "--device", opts.device, "--model", model, "--out", profile]
-                          + opts.calibrate_args.split())
+        for _ in range(max(1, opts.calibration_attempts)):
+            validation_cpu.sh([opts.servesim, "calibrate", "--device", opts.device, "--model", model, "--out",
+                               profile] + (["--host-drift"] if opts.host_drift != "off" else [])
+                              + opts.calibrate_args.split())
+            share = validation_cpu.placement_share(profile)
+            if share is None:
+                break
+            print(f"calibration: {share:.0%} of the drift probes in one placement", file=sys.stderr)
+            if share >= 0.85:
+                break
 
     def runner(workload, scheduler):
         return lambda out: validation_cpu.sh(
             [opts.servesim, "validate", "--device", opts.device, "--model", model, "--profile", profile,
              "--scheduler", scheduler, "--seed", "1", "--quiet", "--predict-draws", str(opts.predict_draws),
+             "--host-drift", opts.host_drift,
              "--out", out] + preset[workload] + preset["validate_args"])
 
     rows, attempts = [], []
     for workload in opts.workloads.split(","):
         for scheduler in SCHEDULERS:
             point = os.path.join(opts.out, f"{workload}_{scheduler}")
-            attempt, score = drift_gate.validate_gated(runner(workload, scheduler), point, 0.0, opts.attempts,
+            attempt, score = drift_gate.validate_gated(runner(workload, scheduler), point, opts.max_drift, opts.attempts,
                                                        attempts, max_floor=opts.max_floor)
             for row in validation_cpu.summary_rows(point, scheduler, workload, "", "", attempt, score):
                 row["hit_rate"] = hit_rate(point)
                 rows.append(row)
             validation_cpu.write_summary(opts.out, rows)
+
+    if attempts and (opts.max_drift > 0 or opts.max_floor > 0):
+        with open(os.path.join(opts.out, "attempts.csv"), "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(attempts[0]))
+            w.writeheader()
+            w.writerows(attempts)
 
     cpu = ""
     try:
@@ -123,7 +152,8 @@ def main():
             "commit": commit, "machine": f"{cpu} ({os.cpu_count()} cores), {platform.node()}",
             "device": opts.device, "model": model, "profile": os.path.relpath(profile, ROOT),
             "workloads": {w: [x.replace(ROOT + "/", "") for x in preset[w]] for w in opts.workloads.split(",")}, "schedulers": SCHEDULERS,
-            "max_floor": opts.max_floor, "attempts": opts.attempts, "predict_draws": opts.predict_draws}
+            "host_drift": opts.host_drift, "max_drift": opts.max_drift,
+            "calibration_attempts": opts.calibration_attempts, "max_floor": opts.max_floor, "attempts": opts.attempts, "predict_draws": opts.predict_draws}
     with open(os.path.join(opts.out, "metadata.json"), "w") as f:
         json.dump(meta, f, indent=2)
         f.write("\n")
