@@ -149,6 +149,7 @@ nlohmann::json validation_report_json(const ValidationResult& v, ValidationMode 
                            {"prefill", number(v.iteration.prefill.bias)},
                            {"mixed", number(v.iteration.mixed.bias)}}},
                          {"floor", number(v.noise_floor)}};
+  j["iteration_breakdown"] = shape_breakdown_json(v.iteration_shapes);
   j["ttft_s"] = comparison_json(m.ttft_s, p.ttft_s);
   j["tpot_s"] = comparison_json(m.tpot_s, p.tpot_s);
   j["e2e_s"] = comparison_json(m.e2e_s, p.e2e_s);
@@ -203,6 +204,9 @@ nlohmann::json validation_report_json(const ValidationResult& v, ValidationMode 
        "with --predict-draws N > 1, predict's statistics are the medians over N simulations, each "
        "iteration's cost times a multiplier drawn from `jitter`; `draws` gives each statistic's 10th and "
        "90th percentile over them, `single_simulation` the one simulation without jitter"},
+      {"iteration_breakdown",
+       "the per-iteration errors by kind x number of sequences (by_kind_sequences) and x mean context "
+       "(by_kind_sequences_context); iteration_breakdown.csv holds the same rows"},
       {"tpot_s", "per request with >= 2 output tokens: (last token - first token) / (tokens - 1)"}};
   j["percentiles"] = "linear interpolation between closest ranks (numpy default, Hyndman-Fan type 7)";
   j["config"] = v.config;
@@ -235,6 +239,7 @@ void write_validation_outputs(const std::string& dir, const ValidationResult& v,
                      watched ? to_string(placement_of(ns)) : "");
   }
   write_text((d / "iterations.csv").string(), t);
+  write_text((d / "iteration_breakdown.csv").string(), shape_breakdown_csv(v.iteration_shapes));
 
   t = "id,prompt_tokens,output_tokens,measured_ttft_s,replay_ttft_s,predict_ttft_s,measured_tpot_s,"
       "replay_tpot_s,predict_tpot_s,measured_e2e_s,replay_e2e_s,predict_e2e_s\n";
@@ -280,6 +285,7 @@ std::string format_validation_table(const ValidationResult& v, ValidationMode mo
   klass("mixed", v.iteration.mixed);
   t += fmt::format("    {:<8} {:>7}            the run's own noise: MAPE with its level known at every moment\n",
                    "floor", abs_pct(v.noise_floor));
+  t += format_shape_breakdown(v.iteration_shapes);
 
   const RunSummary& p = summary_of(v, mode);
   t += fmt::format("  per request, {} mode (ms; error = predicted / measured - 1)\n", to_string(mode));

@@ -13,6 +13,7 @@ namespace servesim {
 
 // report.json for one mode:
 //   mode, iteration_mape {all, decode, prefill, mixed, counts {...}, bias {...}, floor},
+//   iteration_breakdown {by_kind_sequences, by_kind_sequences_context} (shape_breakdown.h),
 //   ttft_s / tpot_s / e2e_s {measured, predicted {count, mean, p50, p90, p99},
 //                            rel_error {mean, p50, p90, p99}},
 //   measured / predicted_run {completed, duration_s, requests_per_s, output_tokens_per_s, ...},
@@ -21,7 +22,7 @@ namespace servesim {
 nlohmann::json validation_report_json(const ValidationResult& result, ValidationMode mode);
 
 // Writes into `dir`: report.json (for `mode`), report_replay.json,
-// report_predict.json, iterations.csv, requests.csv, and the run outputs of
+// report_predict.json, iterations.csv, iteration_breakdown.csv, requests.csv, and the run outputs of
 // measured/, replayed/ and predicted/ (summary.json, requests.csv,
 // iterations.csv). Throws InputError if the folder cannot be written.
 void write_validation_outputs(const std::string& dir, const ValidationResult& result, ValidationMode mode);

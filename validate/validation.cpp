@@ -131,6 +131,7 @@ ValidationResult run_validation(const EngineSetup& setup, const Workload& worklo
     kinds.push_back(it.kind());
   }
   v.iteration = iteration_errors(measured_s, v.predicted_iteration_s, kinds);
+  v.iteration_shapes = shape_breakdown(v.iterations, v.predicted_iteration_s);
   v.iteration_noise = noise_around_rolling_level(measured_s, v.predicted_iteration_s);
   v.noise_floor = noise_floor(v.iteration_noise);
 

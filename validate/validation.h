@@ -38,6 +38,7 @@
 #include "validate/host_drift/host_drift.h"
 #include "validate/iteration_errors.h"
 #include "validate/record.h"
+#include "validate/shape_breakdown.h"
 
 namespace servesim {
 
@@ -51,6 +52,7 @@ struct ValidationResult {
   std::vector<RecordedIteration> iterations;   // every plan the real run executed
   std::vector<double> predicted_iteration_s;   // the profile model's cost of each
   IterationErrors iteration;
+  ShapeBreakdown iteration_shapes;              // the same errors by kind x sequences x context
   // The run's iteration noise (sim/cost/cost_jitter.h:
   // noise_around_rolling_level): each iteration's measured time over its
   // predicted cost, over that ratio's rolling median across 51 iterations;
