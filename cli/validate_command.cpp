@@ -191,8 +191,8 @@ int validate_command(int argc, const char* const* argv) {
                   to_string(setup.workload.arrival),
                   saved_as ? fmt::format("quick calibration ({})", *saved_as) : profile_source));
   std::cout << "  outputs    " << out_dir
-            << "/{report.json,report_replay.json,report_predict.json,iterations.csv,requests.csv,"
-               "measured/,replayed/,predicted/}\n";
+            << "/{report.json,report_replay.json,report_predict.json,iterations.csv,iteration_breakdown.csv,"
+               "requests.csv,measured/,replayed/,predicted/}\n";
   return 0;
 }
 

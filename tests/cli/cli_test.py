@@ -582,8 +582,15 @@ def validate_quick_errors(ctx, out):
                 check(isinstance(r[metric][part][stat], (int, float)), f"{metric}.{part}.{stat} missing")
         m, p, e = r[metric]["measured"]["p50"], r[metric]["predicted"]["p50"], r[metric]["rel_error"]["p50"]
         check(close(e, p / m - 1, rel=1e-9, abs_=1e-12), f"{metric} rel_error is not predicted/measured - 1")
-    for f in ["report_replay.json", "report_predict.json", "iterations.csv", "requests.csv"]:
+    for f in ["report_replay.json", "report_predict.json", "iterations.csv", "requests.csv",
+              "iteration_breakdown.csv"]:
         check(os.path.isfile(os.path.join(out, f)), f"{f} not written")
+    # The breakdown by shape covers every iteration once, in each of its two tables.
+    b = r["iteration_breakdown"]
+    for table in ["by_kind_sequences", "by_kind_sequences_context"]:
+        total = sum(row["count"] for row in b[table])
+        check(total == r["iteration_mape"]["counts"]["all"],
+              f"iteration_breakdown.{table} counts {total} iterations of {r['iteration_mape']['counts']['all']}")
     misses = []
     if not r["iteration_mape"]["all"] < 0.5:
         misses.append(f"iteration MAPE {r['iteration_mape']['all']:.3f} >= 50%")
