@@ -17,7 +17,8 @@ Targets checked (docs/validation.md, "Held-out suite"):
 Writes into --out: summary.csv (one row per workload), shapes.csv (every
 workload's kind x sequences buckets), workloads.jsonl, metadata.json,
 profile.json (when it calibrated) and one validate folder per workload
-(reports and the breakdown only; --keep-runs keeps everything).
+(report_predict.json, report_replay.json and iteration_breakdown.csv;
+--keep-runs keeps everything).
 
 Usage: experiments/heldout/run.py [--servesim BIN] [--profile P | --quick] [--split heldout|tuning]
        [--count N] [--first I] [--requests N] [--threads N] [--out DIR]
@@ -27,7 +28,6 @@ import csv
 import datetime
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -36,6 +36,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))
+import provenance  # noqa: E402
 import workloads  # noqa: E402
 
 MODEL = "small-110m"
@@ -76,7 +78,8 @@ def workload_flags(servesim, profile, w, trace):
 
 
 def prune(folder):
-    keep = {"report.json", "report_replay.json", "report_predict.json", "iteration_breakdown.csv"}
+    # report.json is report_predict.json (validate --mode predict): kept once.
+    keep = {"report_replay.json", "report_predict.json", "iteration_breakdown.csv"}
     for name in os.listdir(folder):
         path = os.path.join(folder, name)
         if name not in keep:
@@ -183,17 +186,9 @@ def main():
           f"5% at {sum(r['buckets_ok'] for r in rows)}, P50/P90 TTFT and TPOT within 10% at "
           f"{sum(r['latency_ok'] for r in rows)}; worst MAPE {100 * worst['iteration_mape']:.1f}% "
           f"({worst['workload']})")
-    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
-    cpu = ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
     meta = {"command": "experiments/heldout/run.py " + " ".join(sys.argv[1:]),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "commit": commit, "machine": f"{cpu} ({os.cpu_count()} cores), {platform.node()}",
+            "commit": provenance.commit(), "machine": provenance.machine(),
             "profile": os.path.relpath(profile, ROOT), "calibration_s": calibration_s, "quick": opts.quick,
             "threads": opts.threads, "split": opts.split, "first": opts.first, "count": opts.count, "requests": opts.requests}
     with open(os.path.join(opts.out, "metadata.json"), "w") as f:

@@ -28,14 +28,13 @@ import datetime
 import importlib.util
 import json
 import os
-import platform
-import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "experiments"))
 import drift_gate  # noqa: E402
+import provenance  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location("validation_cpu_run", os.path.join(ROOT, "experiments/validation_cpu/run.py"))
 validation_cpu = importlib.util.module_from_spec(_spec)
@@ -139,17 +138,9 @@ def main():
             w.writeheader()
             w.writerows(attempts)
 
-    cpu = ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
     meta = {"command": "experiments/prefix_caching/validate.py " + " ".join(sys.argv[1:]),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "commit": commit, "machine": f"{cpu} ({os.cpu_count()} cores), {platform.node()}",
+            "commit": provenance.commit(), "machine": provenance.machine(),
             "device": opts.device, "model": model, "profile": os.path.relpath(profile, ROOT),
             "workloads": {w: [x.replace(ROOT + "/", "") for x in preset[w]] for w in opts.workloads.split(",")}, "schedulers": SCHEDULERS,
             "host_drift": opts.host_drift, "max_drift": opts.max_drift,
