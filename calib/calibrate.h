@@ -95,7 +95,8 @@ struct CalibrationHooks {
 
 // The sizes each table is measured at (ascending), from the options.
 //   tokens M (GEMMs, elementwise): full 1, 2, 4, ..., max_batched_tokens;
-//       quick 1, 4, 16, 64, 256, max_batched_tokens (values above it dropped).
+//       quick 1, 2, 4, 7, 8, 12, 16, 64, 256, max_batched_tokens on the CPU,
+//       1, 4, 16, 64, 256, max_batched_tokens on CUDA (values above it dropped).
 //   prefill q: full 1, 2, 4, ..., max_batched_tokens; quick 16, 128, 512
 //       (capped at max_batched_tokens).
 //   prefill c + 1: full 1, 16, 32, 64, ..., max_context; quick 1, 256,

@@ -113,13 +113,19 @@ CalibrationGrids calibration_grids(const CalibrationOptions& o) {
 
   CalibrationGrids g;
   if (quick) {
-    g.tokens = capped({1, 4, 16, 64, 256}, max_tokens);
+    // The CPU's matmul changes kernel at M = 8 (dense_then_doubling): quick
+    // times both sides of the change, or the decode-step factor g(B), which
+    // is linear between its batch sizes, cannot follow the step in cost and
+    // steps of 5-15 sequences come out up to 10% wrong
+    // (experiments/results/heldout/README.md).
+    g.tokens = device.cuda ? capped({1, 4, 16, 64, 256}, max_tokens)
+                           : capped({1, 2, 4, 7, 8, 12, 16, 64, 256}, max_tokens);
     g.tokens.push_back(max_tokens);
     g.prefill_query = capped({16, 128, 512}, max_tokens);
     g.prefill_cached = {0, std::min<int64_t>(256, max_context) - 1, max_context - 1};
     g.decode_batch = capped({1, 8, 32}, o.max_num_seqs);
     if (device.cuda) g.decode_batch.push_back(o.max_num_seqs);  // a GPU batches every running sequence
-    g.sampling_rows = capped({1, 8, 64}, max_rows);
+    g.sampling_rows = device.cuda ? capped({1, 8, 64}, max_rows) : capped({1, 2, 4, 7, 8, 16, 64}, max_rows);
     g.sampling_rows.push_back(max_rows);
   } else {
     // cuBLAS changes tiles at multiples of 64 and more: doubling suffices there.

@@ -266,12 +266,13 @@ TEST_CASE("Calibration grids follow the documented rules") {
   SECTION("quick") {
     o.quick = true;
     const CalibrationGrids g = calibration_grids(o);
-    CHECK(g.tokens == std::vector<int64_t>{1, 4, 16, 64, 256, 2048});
+    // Both sides of the CPU matmul's kernel change at M = 8.
+    CHECK(g.tokens == std::vector<int64_t>{1, 2, 4, 7, 8, 12, 16, 64, 256, 2048});
     CHECK(g.prefill_query == std::vector<int64_t>{16, 128, 512});
     CHECK(g.prefill_cached == std::vector<int64_t>{0, 255, 1023});
     CHECK(g.decode_batch == std::vector<int64_t>{1, 8, 32});
     CHECK(g.decode_context == std::vector<int64_t>{16, 128, 1024});
-    CHECK(g.sampling_rows == std::vector<int64_t>{1, 8, 64, 256});
+    CHECK(g.sampling_rows == std::vector<int64_t>{1, 2, 4, 7, 8, 16, 64, 256});
   }
   SECTION("small limits cap every axis and keep it ascending") {
     o.quick = true;
@@ -279,12 +280,12 @@ TEST_CASE("Calibration grids follow the documented rules") {
     o.max_context = 10;
     o.max_num_seqs = 5;
     const CalibrationGrids g = calibration_grids(o);
-    CHECK(g.tokens == std::vector<int64_t>{1, 4, 16, 64, 100});
+    CHECK(g.tokens == std::vector<int64_t>{1, 2, 4, 7, 8, 12, 16, 64, 100});
     CHECK(g.prefill_query == std::vector<int64_t>{16, 100});
     CHECK(g.prefill_cached == std::vector<int64_t>{0, 9});
     CHECK(g.decode_batch == std::vector<int64_t>{1, 5});
     CHECK(g.decode_context == std::vector<int64_t>{10});
-    CHECK(g.sampling_rows == std::vector<int64_t>{1, 5});
+    CHECK(g.sampling_rows == std::vector<int64_t>{1, 2, 4, 5});
   }
   SECTION("the longest decode context keeps the largest cell's KV within 2 GiB") {
     o.model = resolve_model("llama-3.1-8b");  // 8 KiB of K and V per token and layer
