@@ -255,9 +255,10 @@ DeviceProfile calibrate(const CalibrationOptions& options, std::function<void(co
   const double benchmark_decode_s = whole.benchmark_decode(session);
   session.finish();
   ctx.announce("whole_model",
-               fmt::format("the 1-token decode{} timed at every moment of the calibration: their medians set the "
-                           "iteration overhead and the whole-model factors",
-                           quick ? "" : ", whole-model prefills and decode steps"));
+               fmt::format("the 1-token decode timed at every moment of the calibration{}: their medians set the "
+                           "iteration overhead{}",
+                           quick ? "" : ", whole-model prefills and decode steps at every other",
+                           quick ? "" : " and the whole-model factors"));
   moment();  // the last moment
   whole.finish(p, hooks.keeps_moment, say, benchmark_decode_s);
   whole.release();

@@ -94,9 +94,13 @@ struct CalibrationHooks {
 };
 
 // The sizes each table is measured at (ascending), from the options.
-//   tokens M (GEMMs, elementwise): full 1, 2, 4, ..., max_batched_tokens;
+//   tokens M (GEMMs): full every M from 1 to 64 on the CPU, then 128, 256,
+//       ..., max_batched_tokens (CUDA: 1, 2, 4, ..., max_batched_tokens);
 //       quick 1, 2, 4, 7, 8, 12, 16, 64, 256, max_batched_tokens on the CPU,
 //       1, 4, 16, 64, 256, max_batched_tokens on CUDA (values above it dropped).
+//   elementwise M: as the GEMMs, but full on the CPU 1, 2, 3, 4, 6, 8, 12,
+//       ..., 48, 64, 128, ..., max_batched_tokens (its cost has no kernel
+//       change to follow).
 //   prefill q: full 1, 2, 4, ..., max_batched_tokens; quick 16, 128, 512
 //       (capped at max_batched_tokens).
 //   prefill c + 1: full 1, 16, 32, 64, ..., max_context; quick 1, 256,
@@ -106,8 +110,12 @@ struct CalibrationHooks {
 //   decode L: full 16, 32, ..., max_context; quick 16, a power of two near
 //       sqrt(16 max_context), max_context. The longest L is lowered so that
 //       the largest cell's K and V (one layer) fit in 2 GiB.
-//   sampling rows S: full 1, 2, 4, ..., max_num_seqs; quick 1, 8, 64,
-//       max_num_seqs (S never exceeds max_batched_tokens).
+//   LM head rows S: full every S from 1 to 64 on the CPU, then 128, ...,
+//       max_num_seqs (CUDA: 1, 2, 4, ..., max_num_seqs); quick 1, 2, 4, 7, 8,
+//       16, 64, max_num_seqs on the CPU, 1, 8, 64, max_num_seqs on CUDA (S
+//       never exceeds max_batched_tokens).
+//   sampling rows S: as the LM head, but full on the CPU 1, 2, 3, 4, 6, 8,
+//       12, ..., 48, 64, 128, ..., max_num_seqs.
 // max_context = 0 means the model's max_position_embeddings. Each axis ends
 // with its maximum even where that is not a power of two.
 // On cuda: max_batched_tokens is at most kCudaMaxBatchedTokens; decode b is
@@ -115,11 +123,13 @@ struct CalibrationHooks {
 // batches every running sequence); K and V are bf16 and the largest decode
 // cell's may take 8 GiB.
 struct CalibrationGrids {
-  std::vector<int64_t> tokens;
+  std::vector<int64_t> tokens;              // the GEMMs
+  std::vector<int64_t> elementwise_tokens;
   std::vector<int64_t> prefill_query;
-  std::vector<int64_t> prefill_cached;   // c; the profile stores c + 1
+  std::vector<int64_t> prefill_cached;      // c; the profile stores c + 1
   std::vector<int64_t> decode_batch;
-  std::vector<int64_t> decode_context;   // L = c + 1
+  std::vector<int64_t> decode_context;      // L = c + 1
+  std::vector<int64_t> lm_head_rows;
   std::vector<int64_t> sampling_rows;
 };
 
@@ -135,11 +145,11 @@ CalibrationGrids calibration_grids(const CalibrationOptions& options);
 // overhead, the whole-model timings; each starts "[k/12] "), a setup line,
 // a closing line, and a warning when other processes took over 5% of the
 // CPUs meanwhile (the share is kept in metadata.machine_load).
-// Before every family and at the end (the calibration's moments) it also
-// times the whole model's 1-token decode and, in full mode, its prefills and
-// decode steps: their medians over the moments set the iteration overhead
-// and the whole-model factors, robust to a machine whose speed moves during
-// the calibration. The OpenMP thread count is set
+// Before every family and at the end (the calibration's 13 moments) it also
+// times the whole model's 1-token decode and, in full mode at every other
+// moment (0, 2, ..., 12), its prefills and decode steps: their medians over
+// the moments set the iteration overhead and the whole-model factors, robust
+// to a machine whose speed moves during the calibration. The OpenMP thread count is set
 // to options.threads for the run and restored afterwards. InputError for bad
 // options, an unwritable raw_benchmarks_path, or a model whose fp32 weights
 // would take over 80% of this machine's memory (the CPU decoder could not

@@ -236,10 +236,10 @@ DeviceProfile calibrate_cuda(const CalibrationOptions& options, std::function<vo
   // ---- the two add+RMSNorms, rotary (with the qkv bias) + KV write, SwiGLU (one layer).
   announce("elementwise", fmt::format("{} token counts M = {} (2 add+RMSNorms, rotary + KV write, SwiGLU; warm, "
                                       "graph-replayed)",
-                                      grids.tokens.size(), axis_text(grids.tokens)));
+                                      grids.elementwise_tokens.size(), axis_text(grids.elementwise_tokens)));
   {
     std::vector<double> seconds;
-    for (int64_t M : grids.tokens) {
+    for (int64_t M : grids.elementwise_tokens) {
       const Batch batch(1, M, 0, bs, true);
       k.stage(batch.layout());
       const BatchLayout& layout = batch.layout();
@@ -255,7 +255,7 @@ DeviceProfile calibrate_cuda(const CalibrationOptions& options, std::function<vo
           },
           0, double(M) * (24.0 * double(m.d) + 4.0 * double(m.qkv_out) + 4.0 * double(m.Hkv * m.dh) + 6.0 * double(m.I))));
     }
-    p.elementwise = make_curve(grids.tokens, std::move(seconds));
+    p.elementwise = make_curve(grids.elementwise_tokens, std::move(seconds));
   }
 
   // ---- attention of one prefill chunk (one layer): q new tokens after c cached.
@@ -306,10 +306,10 @@ DeviceProfile calibrate_cuda(const CalibrationOptions& options, std::function<vo
 
   // ---- the final add+RMSNorm on S rows and the fp32-out LM head.
   announce("lm_head", fmt::format("{} row counts S = {} (final add+RMSNorm + [S, {}] x [{}, {}] to fp32; cold)",
-                                  grids.sampling_rows.size(), axis_text(grids.sampling_rows), m.d, m.d, m.V));
+                                  grids.lm_head_rows.size(), axis_text(grids.lm_head_rows), m.d, m.d, m.V));
   {
     std::vector<double> seconds;
-    for (int64_t S : grids.sampling_rows) {
+    for (int64_t S : grids.lm_head_rows) {
       const Batch batch(S, 1, 0, bs, true);
       k.stage(batch.layout());
       const BatchLayout& layout = batch.layout();
@@ -321,7 +321,7 @@ DeviceProfile calibrate_cuda(const CalibrationOptions& options, std::function<vo
           },
           2.0 * double(S * m.d * m.V), 2.0 * double(m.V * m.d + S * m.d) + 4.0 * double(S * m.V)));
     }
-    p.lm_head = make_curve(grids.sampling_rows, std::move(seconds));
+    p.lm_head = make_curve(grids.lm_head_rows, std::move(seconds));
   }
 
   // ---- sampling: what the decoder does after the LM head.

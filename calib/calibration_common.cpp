@@ -113,10 +113,12 @@ Curve make_curve(const std::vector<int64_t>& x, std::vector<double> seconds) {
 
 nlohmann::json grids_json(const CalibrationGrids& g) {
   return {{"tokens", g.tokens},
+          {"elementwise_tokens", g.elementwise_tokens},
           {"prefill_query", g.prefill_query},
           {"prefill_cached", g.prefill_cached},
           {"decode_batch", g.decode_batch},
           {"decode_context", g.decode_context},
+          {"lm_head_rows", g.lm_head_rows},
           {"sampling_rows", g.sampling_rows}};
 }
 

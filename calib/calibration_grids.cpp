@@ -45,6 +45,29 @@ std::vector<int64_t> dense_then_doubling(int64_t dense, int64_t hi) {
   return v;
 }
 
+// Powers of two and 1.5 times them (1, 2, 3, 4, 6, 8, 12, ...) up to
+// min(dense, hi), then doubling to hi. For the tables whose cost is close to
+// linear in their axis (elementwise, sampling): log-log interpolation on
+// this grid predicts the dense grid's other points within their own
+// repetitions' spread, and moves a whole iteration's kernel sum by at most
+// 0.11% (experiments/diagnostics/grid_thinning.py; docs/calibration.md).
+std::vector<int64_t> half_octaves_then_doubling(int64_t dense, int64_t hi) {
+  std::vector<int64_t> v;
+  const int64_t top = std::min(dense, hi);
+  for (int64_t x = 1; x <= top; x *= 2) {
+    v.push_back(x);
+    if (x >= 2 && x + x / 2 <= top) v.push_back(x + x / 2);
+  }
+  if (hi > dense) {
+    int64_t x = 1;
+    while (x <= dense) x *= 2;
+    for (int64_t y : doubling(x, hi)) v.push_back(y);
+  } else if (v.back() != top) {
+    v.push_back(top);
+  }
+  return v;
+}
+
 // The values up to hi; hi itself when some value lay above it.
 std::vector<int64_t> capped(std::initializer_list<int64_t> values, int64_t hi) {
   std::vector<int64_t> v;
@@ -125,8 +148,10 @@ CalibrationGrids calibration_grids(const CalibrationOptions& o) {
     g.prefill_cached = {0, std::min<int64_t>(256, max_context) - 1, max_context - 1};
     g.decode_batch = capped({1, 8, 32}, o.max_num_seqs);
     if (device.cuda) g.decode_batch.push_back(o.max_num_seqs);  // a GPU batches every running sequence
-    g.sampling_rows = device.cuda ? capped({1, 8, 64}, max_rows) : capped({1, 2, 4, 7, 8, 16, 64}, max_rows);
-    g.sampling_rows.push_back(max_rows);
+    g.lm_head_rows = device.cuda ? capped({1, 8, 64}, max_rows) : capped({1, 2, 4, 7, 8, 16, 64}, max_rows);
+    g.lm_head_rows.push_back(max_rows);
+    g.elementwise_tokens = g.tokens;
+    g.sampling_rows = g.lm_head_rows;
   } else {
     // cuBLAS changes tiles at multiples of 64 and more: doubling suffices there.
     g.tokens = device.cuda ? doubling(1, max_tokens) : dense_then_doubling(kDenseTokens, max_tokens);
@@ -135,7 +160,10 @@ CalibrationGrids calibration_grids(const CalibrationOptions& o) {
     for (int64_t y : doubling(16, max_context)) g.prefill_cached.push_back(y - 1);
     g.decode_batch = doubling(1, device.cuda ? o.max_num_seqs : std::min<int32_t>(64, o.max_num_seqs));
     // The LM head is a matmul of S rows: the same kernels as the GEMMs.
-    g.sampling_rows = device.cuda ? doubling(1, max_rows) : dense_then_doubling(kDenseTokens, max_rows);
+    g.lm_head_rows = device.cuda ? doubling(1, max_rows) : dense_then_doubling(kDenseTokens, max_rows);
+    // Near-linear costs: no kernel changes to follow (half_octaves_then_doubling).
+    g.elementwise_tokens = device.cuda ? g.tokens : half_octaves_then_doubling(kDenseTokens, max_tokens);
+    g.sampling_rows = device.cuda ? g.lm_head_rows : half_octaves_then_doubling(kDenseTokens, max_rows);
   }
   // The longest decode context: the largest cell's K and V within budget.
   const double per_token = kv_bytes_per_token_layer(o.model, device);
@@ -151,8 +179,8 @@ CalibrationGrids calibration_grids(const CalibrationOptions& o) {
   } else {
     g.decode_context = doubling(lo, max_decode);
   }
-  for (auto* axis : {&g.tokens, &g.prefill_query, &g.prefill_cached, &g.decode_batch, &g.decode_context,
-                     &g.sampling_rows})
+  for (auto* axis : {&g.tokens, &g.elementwise_tokens, &g.prefill_query, &g.prefill_cached, &g.decode_batch,
+                     &g.decode_context, &g.lm_head_rows, &g.sampling_rows})
     *axis = ascending(*axis);
   return g;
 }

@@ -11,7 +11,7 @@ namespace servesim::cpu_calibration {
 
 void measure_elementwise(FamilyContext& ctx, LayerKernels& k) {
   const ModelSpec& model = ctx.options.model;
-  const std::vector<int64_t>& tokens = ctx.grids.tokens;
+  const std::vector<int64_t>& tokens = ctx.grids.elementwise_tokens;
   const int64_t d = model.hidden_size, I = model.intermediate_size, Hkv = model.num_key_value_heads;
   const int64_t dh = model.head_dim;
   const int64_t qkv_out = (model.num_attention_heads + 2 * Hkv) * dh;

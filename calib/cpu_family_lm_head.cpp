@@ -13,7 +13,7 @@
 namespace servesim::cpu_calibration {
 
 int measure_lm_head(FamilyContext& ctx, LayerKernels& k) {
-  const std::vector<int64_t>& rows = ctx.grids.sampling_rows;
+  const std::vector<int64_t>& rows = ctx.grids.lm_head_rows;
   const int64_t d = ctx.options.model.hidden_size, V = ctx.options.model.vocab_size;
   const int head_copies = ctx.weight_copies_of(4.0 * double(V * d));
   ctx.announce("lm_head", fmt::format("{} row counts S = {} (final RMSNorm + [S, {}] x [{}, {}]; {} head copies)",

@@ -24,6 +24,11 @@ constexpr int kDecodeWarmUp = 3;
 constexpr int kDecodeTimedQuick = 10, kDecodeTimedFull = 20;
 // Its request id: apart from the ids the prefill and step timings use.
 constexpr int64_t kDecodeRequestId = 1000;
+// Full mode times the whole-model prefills and decode steps at every
+// kInSituEvery-th moment (0, 2, ..., 12 of the 13): 7 medians per point
+// still span the calibration, at about half the time (a moment's prefills
+// and steps take 3-4 s of small-110m on a 2-core VM).
+constexpr size_t kInSituEvery = 2;
 
 int repetitions_of(const CalibrationOptions& o) { return o.repetitions > 0 ? o.repetitions : 5; }
 
@@ -63,8 +68,9 @@ struct WholeModelTimings::State {
   std::unique_ptr<DecoderExecutor> decoder;
   std::unique_ptr<calibration::OneSequencePlan> decode_plan;
   std::vector<double> decode_s;                            // per moment
-  std::vector<std::vector<double>> prefill_s;              // [length][moment]
-  std::vector<std::vector<std::vector<double>>> steps_s;   // [moment][batch]: the timed steps
+  std::vector<size_t> in_situ_moments;                     // the moments the prefills and steps were timed at
+  std::vector<std::vector<double>> prefill_s;              // [length][in_situ_moments index]
+  std::vector<std::vector<std::vector<double>>> steps_s;   // [in_situ_moments index][batch]: the timed steps
 };
 
 double WholeModelTimings::decoder_bytes(const CalibrationOptions& o) {
@@ -114,12 +120,15 @@ void WholeModelTimings::at_moment() {
                                                      s.options.quick ? kDecodeTimedQuick : kDecodeTimedFull));
   s.decoder->on_request_finished(kDecodeRequestId);
   if (s.options.quick) return;  // quick: the prefills and steps once, at the end
+  const size_t moment = s.decode_s.size() - 1;
+  if (moment % kInSituEvery != 0) return;
+  s.in_situ_moments.push_back(moment);
   for (size_t i = 0; i < s.prefill_lengths.size(); ++i)
     s.prefill_s[i].push_back(calibration::median(calibration::time_prefills(
         *s.decoder, s.prefill_lengths[i], bs, 1, 2, calibration::kPrefillLeadSteps, s.step_cached)));
-  auto& moment = s.steps_s.emplace_back();
+  auto& steps = s.steps_s.emplace_back();
   for (int64_t b : s.step_batches)
-    moment.push_back(calibration::time_decode_steps(*s.decoder, b, s.step_cached, bs, s.step_warm_up, s.step_timed));
+    steps.push_back(calibration::time_decode_steps(*s.decoder, b, s.step_cached, bs, s.step_warm_up, s.step_timed));
 }
 
 double WholeModelTimings::benchmark_decode(MicrobenchSession& session) {
@@ -142,19 +151,22 @@ void WholeModelTimings::finish(DeviceProfile& p, const std::function<bool(size_t
   State& s = *state_;
   const int32_t bs = s.options.block_size;
   auto kept = [&](size_t moment) { return !keeps || keeps(moment); };
-  auto median_of_kept = [&](const std::vector<double>& per_moment) {
+  // per_moment[i] was timed at moment moments[i].
+  auto median_of_kept = [&](const std::vector<double>& per_moment, const std::vector<size_t>& moments) {
     std::vector<double> v;
-    for (size_t m = 0; m < per_moment.size(); ++m)
-      if (kept(m)) v.push_back(per_moment[m]);
+    for (size_t i = 0; i < per_moment.size(); ++i)
+      if (kept(moments[i])) v.push_back(per_moment[i]);
     return calibration::median(v.empty() ? per_moment : v);
   };
+  std::vector<size_t> every_moment(s.decode_s.size());
+  for (size_t m = 0; m < every_moment.size(); ++m) every_moment[m] = m;
 
   // The fixed cost: the whole model's 1-token decode minus what the tables
   // predict for the same plan. Measured on the whole model because its
   // layers cost more inside a forward pass than their kernels alone; the
   // difference for the model's own layer count lands here. Its median over
   // the moments is robust to the machine changing speed while one family ran.
-  const double measured = median_of_kept(s.decode_s);
+  const double measured = median_of_kept(s.decode_s, every_moment);
   const double predicted = calibration::tables_seconds(p, s.decode_plan->plan());
   p.iteration_overhead_s = std::max(0.0, measured - predicted);
   p.metadata["iteration_overhead"] = {{"plan", fmt::format("1 decode token, {} cached", context_ - 1)},
@@ -172,15 +184,16 @@ void WholeModelTimings::finish(DeviceProfile& p, const std::function<bool(size_t
                                      calibration::kPrefillLeadSteps, s.step_cached);
   } else if (!s.prefill_lengths.empty()) {
     std::vector<double> medians;
-    for (const std::vector<double>& times : s.prefill_s) medians.push_back(median_of_kept(times));
-    say(fmt::format("whole-model prefills of {} tokens, the median over {} moments of the calibration",
-                    calibration::axis_text(s.prefill_lengths), s.prefill_s.front().size()));
+    for (const std::vector<double>& times : s.prefill_s) medians.push_back(median_of_kept(times, s.in_situ_moments));
+    say(fmt::format("whole-model prefills of {} tokens, the median over {} of the calibration's {} moments",
+                    calibration::axis_text(s.prefill_lengths), s.prefill_s.front().size(), s.decode_s.size()));
     calibration::set_gemm_factor(p, s.prefill_lengths, medians, bs, say);
     p.metadata["in_situ_prefills"] = {
         {"tokens", s.prefill_lengths},
         {"seconds", s.prefill_s},
-        {"meaning", "whole-model prefills (median of 2 after 1 warm-up) at every moment of the calibration; the "
-                    "factor uses each length's median over the moments kept"}};
+        {"moments", s.in_situ_moments},
+        {"meaning", "whole-model prefills (median of 2 after 1 warm-up) at every other moment of the calibration "
+                    "('moments': which); the factor uses each length's median over the moments kept"}};
   }
 
   // g(B): served-like decode steps against the tables with the overhead and f.
@@ -190,14 +203,16 @@ void WholeModelTimings::finish(DeviceProfile& p, const std::function<bool(size_t
   } else if (!s.step_batches.empty()) {
     std::vector<std::vector<double>> steps(s.step_batches.size());
     std::vector<std::vector<double>> medians(s.steps_s.size());  // per moment, per batch size
+    // As median_of_kept: every moment's steps where none of them is kept.
+    const bool any_kept = std::any_of(s.in_situ_moments.begin(), s.in_situ_moments.end(), kept);
     for (size_t m = 0; m < s.steps_s.size(); ++m) {
       for (size_t i = 0; i < s.step_batches.size(); ++i) medians[m].push_back(calibration::median(s.steps_s[m][i]));
-      if (!kept(m)) continue;
+      if (any_kept && !kept(s.in_situ_moments[m])) continue;
       for (size_t i = 0; i < s.step_batches.size(); ++i)
         steps[i].insert(steps[i].end(), s.steps_s[m][i].begin(), s.steps_s[m][i].end());
     }
-    say(fmt::format("whole-model decode steps of {} sequences around context {}, {} steps after {} untimed at each "
-                    "of {} moments",
+    say(fmt::format("whole-model decode steps of {} sequences around context {}, {} steps after {} untimed at {} "
+                    "moments",
                     calibration::axis_text(s.step_batches), s.step_cached + 1, s.step_timed, s.step_warm_up,
                     s.steps_s.size()));
     calibration::set_decode_step_factor(p, s.step_batches, s.step_cached, bs, s.step_warm_up, s.step_timed, steps,
@@ -206,11 +221,12 @@ void WholeModelTimings::finish(DeviceProfile& p, const std::function<bool(size_t
         {"sequences", s.step_batches},
         {"cached", {s.step_cached / 2, s.step_cached / 2 + s.step_cached}},
         {"seconds_median", medians},
+        {"moments", s.in_situ_moments},
         {"warm_up_steps", s.step_warm_up},
         {"timed_steps", s.step_timed},
         {"meaning", "successive decode steps (contexts spread over 'cached', one token further each step; "
-                    "median per moment and batch size here) at every moment of the calibration; the factor is "
-                    "the median over the moments kept of measured / predicted"}};
+                    "median per moment and batch size here) at every other moment of the calibration ('moments': "
+                    "which); the factor is the median over the moments kept of measured / predicted"}};
   }
 }
 

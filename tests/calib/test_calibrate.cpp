@@ -126,8 +126,9 @@ TEST_CASE("A quick calibration of a tiny model fills every table with positive t
 
   // The axes are the grids; the attention y axes hold cached tokens + 1.
   CHECK(p.gemm_qkv.x == as_doubles(grids.tokens));
-  CHECK(p.elementwise.x == as_doubles(grids.tokens));
-  CHECK(p.lm_head.x == as_doubles(grids.sampling_rows));
+  CHECK(p.elementwise.x == as_doubles(grids.elementwise_tokens));
+  CHECK(p.lm_head.x == as_doubles(grids.lm_head_rows));
+  CHECK(p.sampling.x == as_doubles(grids.sampling_rows));
   CHECK(p.prefill_attention.x == as_doubles(grids.prefill_query));
   REQUIRE(p.prefill_attention.y.size() == grids.prefill_cached.size());
   for (size_t j = 0; j < grids.prefill_cached.size(); ++j)
@@ -235,7 +236,7 @@ TEST_CASE("The raw Google Benchmark JSON is kept and names every benchmark") {
 TEST_CASE("Calibration grids follow the documented rules") {
   CalibrationOptions o;
   o.model = resolve_model("small-110m");  // max_position_embeddings 1024
-  SECTION("full: every token and row count to 64 (the CPU's matmul changes kernel and saw-tooths there)") {
+  SECTION("full: every GEMM token and LM-head row count to 64 (the CPU's matmul changes kernel there)") {
     const CalibrationGrids g = calibration_grids(o);
     std::vector<int64_t> dense;
     for (int64_t m = 1; m <= 64; ++m) dense.push_back(m);
@@ -247,7 +248,11 @@ TEST_CASE("Calibration grids follow the documented rules") {
     CHECK(g.prefill_cached == std::vector<int64_t>{0, 15, 31, 63, 127, 255, 511, 1023});
     CHECK(g.decode_batch == std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64});
     CHECK(g.decode_context == std::vector<int64_t>{16, 32, 64, 128, 256, 512, 1024});
-    CHECK(g.sampling_rows == rows);
+    CHECK(g.lm_head_rows == rows);
+    // Near-linear tables: powers of two and 1.5x them, then doubling.
+    CHECK(g.elementwise_tokens ==
+          std::vector<int64_t>{1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 128, 256, 512, 1024, 2048});
+    CHECK(g.sampling_rows == std::vector<int64_t>{1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 128, 256});
   }
   SECTION("full, small limits: the dense start stops at the limit") {
     o.max_batched_tokens = 40;
@@ -255,13 +260,17 @@ TEST_CASE("Calibration grids follow the documented rules") {
     const CalibrationGrids g = calibration_grids(o);
     CHECK(g.tokens.size() == 40);
     CHECK(g.tokens.back() == 40);
-    CHECK(g.sampling_rows.size() == 40);
+    CHECK(g.lm_head_rows.size() == 40);
+    CHECK(g.elementwise_tokens == std::vector<int64_t>{1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 40});
+    CHECK(g.sampling_rows == g.elementwise_tokens);
     o.max_batched_tokens = 100;  // dense to 64, then the limit
     const CalibrationGrids h = calibration_grids(o);
     CHECK(h.tokens.size() == 65);
     CHECK(h.tokens[63] == 64);
     CHECK(h.tokens.back() == 100);
+    CHECK(h.lm_head_rows.back() == 100);
     CHECK(h.sampling_rows.back() == 100);
+    CHECK(h.elementwise_tokens.back() == 100);
   }
   SECTION("quick") {
     o.quick = true;
@@ -272,7 +281,9 @@ TEST_CASE("Calibration grids follow the documented rules") {
     CHECK(g.prefill_cached == std::vector<int64_t>{0, 255, 1023});
     CHECK(g.decode_batch == std::vector<int64_t>{1, 8, 32});
     CHECK(g.decode_context == std::vector<int64_t>{16, 128, 1024});
-    CHECK(g.sampling_rows == std::vector<int64_t>{1, 2, 4, 7, 8, 16, 64, 256});
+    CHECK(g.lm_head_rows == std::vector<int64_t>{1, 2, 4, 7, 8, 16, 64, 256});
+    CHECK(g.sampling_rows == g.lm_head_rows);
+    CHECK(g.elementwise_tokens == g.tokens);
   }
   SECTION("small limits cap every axis and keep it ascending") {
     o.quick = true;
@@ -286,6 +297,7 @@ TEST_CASE("Calibration grids follow the documented rules") {
     CHECK(g.decode_batch == std::vector<int64_t>{1, 5});
     CHECK(g.decode_context == std::vector<int64_t>{10});
     CHECK(g.sampling_rows == std::vector<int64_t>{1, 2, 4, 5});
+    CHECK(g.lm_head_rows == g.sampling_rows);
   }
   SECTION("the longest decode context keeps the largest cell's KV within 2 GiB") {
     o.model = resolve_model("llama-3.1-8b");  // 8 KiB of K and V per token and layer
@@ -307,6 +319,8 @@ TEST_CASE("Calibration grids on cuda: the decode batch reaches max_num_seqs, bf1
     CHECK(g.decode_batch == std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64, 128, 256});
     CHECK(g.decode_context == std::vector<int64_t>{16, 32, 64, 128, 256, 512, 1024});
     CHECK(g.sampling_rows == std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64, 128, 256});
+    CHECK(g.lm_head_rows == g.sampling_rows);
+    CHECK(g.elementwise_tokens == g.tokens);
   }
   SECTION("quick, on another ordinal") {
     o.device = "cuda:3";
@@ -419,7 +433,7 @@ TEST_CASE("A second calibration in the same process works, without keeping the r
   CHECK(p.to_json() == DeviceProfile::from_json(p.to_json(), "in memory").to_json());
 }
 
-TEST_CASE("A full calibration times the whole model at every moment, and the hooks choose the moments kept") {
+TEST_CASE("A full calibration times the whole model at its moments, and the hooks choose the moments kept") {
   CalibrationOptions o = tiny_options("");
   o.quick = false;
   o.max_batched_tokens = 32;  // whole-model prefill lengths: 32 only
@@ -427,14 +441,14 @@ TEST_CASE("A full calibration times the whole model at every moment, and the hoo
   o.max_num_seqs = 4;
   o.repetitions = 3;
   // Hooks as calibrate --host-drift installs them: called at every moment,
-  // asked which moments to keep (here the even ones), and at the end.
+  // asked which moments to keep (here every fourth), and at the end.
   CalibrationHooks hooks;
   size_t moments_seen = 0, asked = 0;
   bool finished_complete = false;
   hooks.at_moment = [&] { ++moments_seen; };
   hooks.keeps_moment = [&](size_t m) {
     ++asked;
-    return m % 2 == 0;
+    return m % 4 == 0;
   };
   hooks.finish = [&](DeviceProfile& profile) {
     finished_complete = !profile.gemm_qkv.x.empty() && !profile.gemm_factor.x.empty();
@@ -445,36 +459,44 @@ TEST_CASE("A full calibration times the whole model at every moment, and the hoo
   CHECK(asked > 0);
   CHECK(finished_complete);
   CHECK(p.metadata.at("by_the_hook") == true);
-  auto even = [](const std::vector<double>& v) {
-    std::vector<double> kept;
-    for (size_t m = 0; m < v.size(); m += 2) kept.push_back(v[m]);
-    return kept;
+  // v[i] timed at moment moments[i]: those of the moments kept.
+  auto kept = [](const std::vector<double>& v, const std::vector<size_t>& moments) {
+    REQUIRE(v.size() == moments.size());
+    std::vector<double> out;
+    for (size_t i = 0; i < v.size(); ++i)
+      if (moments[i] % 4 == 0) out.push_back(v[i]);
+    return out;
   };
+  const std::vector<size_t> every = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+  // The 1-token decode at every moment, the prefills and steps at every other.
+  const std::vector<size_t> in_situ = {0, 2, 4, 6, 8, 10, 12};
   // The iteration overhead from the kept moments' decodes.
   const nlohmann::json& overhead = p.metadata.at("iteration_overhead");
   const auto decodes = overhead.at("moments_s").get<std::vector<double>>();
   REQUIRE(decodes.size() == 13);
-  CHECK(overhead.at("measured_s").get<double>() == calibration::median(even(decodes)));
+  CHECK(overhead.at("measured_s").get<double>() == calibration::median(kept(decodes, every)));
   const nlohmann::json& situ = p.metadata.at("in_situ_prefills");
   REQUIRE(situ.at("tokens") == nlohmann::json({32}));
+  CHECK(situ.at("moments").get<std::vector<size_t>>() == in_situ);
   const auto seconds = situ.at("seconds").at(0).get<std::vector<double>>();
-  REQUIRE(seconds.size() == 13);
+  REQUIRE(seconds.size() == in_situ.size());
   for (double s : seconds) CHECK(s > 0);
   // The factor is the whole-model rule applied to the kept moments' median.
   DeviceProfile expected = p;
-  calibration::set_gemm_factor(expected, {32}, {calibration::median(even(seconds))}, p.block_size, {});
+  calibration::set_gemm_factor(expected, {32}, {calibration::median(kept(seconds, in_situ))}, p.block_size, {});
   REQUIRE(p.gemm_factor.x == std::vector<double>{32});
   CHECK(p.gemm_factor.factor == expected.gemm_factor.factor);
 
   // The decode steps too: 1, 2 and 4 sequences (max_num_seqs 4) at each of
-  // the 13 moments; the factor is the median over them of measured /
-  // predicted, each finite and positive.
+  // the 7 in-situ moments; the factor is the median over the kept ones of
+  // measured / predicted, each finite and positive.
   const nlohmann::json& steps = p.metadata.at("decode_in_situ");
   CHECK(steps.at("sequences") == nlohmann::json({1, 2, 4}));
   // Steps 5-8 after the in-situ prefills: the steady ones, not the first.
   CHECK(steps.at("warm_up_steps") == 4);
   CHECK(steps.at("timed_steps") == 4);
-  REQUIRE(steps.at("seconds_median").size() == 13);
+  CHECK(steps.at("moments").get<std::vector<size_t>>() == in_situ);
+  REQUIRE(steps.at("seconds_median").size() == in_situ.size());
   for (const auto& moment : steps.at("seconds_median")) {
     REQUIRE(moment.size() == 3);
     for (double s : moment.get<std::vector<double>>()) CHECK(s > 0);

@@ -125,8 +125,8 @@ TEST_CASE("cuda calibration: a quick run fills every table on its grid, bf16 on 
   CHECK(p.anchor.is_null());
 
   CHECK(p.gemm_qkv.x == as_doubles(grids.tokens));
-  CHECK(p.elementwise.x == as_doubles(grids.tokens));
-  CHECK(p.lm_head.x == as_doubles(grids.sampling_rows));
+  CHECK(p.elementwise.x == as_doubles(grids.elementwise_tokens));
+  CHECK(p.lm_head.x == as_doubles(grids.lm_head_rows));
   CHECK(p.sampling.x == as_doubles(grids.sampling_rows));
   CHECK(p.prefill_attention.x == as_doubles(grids.prefill_query));
   CHECK(p.prefill_attention.y.front() == 1.0);
