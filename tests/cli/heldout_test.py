@@ -114,12 +114,17 @@ def heldout_misses(ctx, out):
 
 @case
 def validate_heldout_bias(ctx):
-    # A level change between the calibration and the run of 1.5x happens on a
-    # shared VM; a miss is measured once more with a new calibration.
-    misses = heldout_misses(ctx, ctx.path("heldout"))
-    if misses:
-        print("bounds missed, once more: " + "; ".join(misses))
-        misses = heldout_misses(ctx, ctx.path("heldout_again"))
+    # A level change of 1.5x between a quick calibration's tables and its
+    # whole-model steps, or between the calibration and the run, happens on a
+    # shared VM and spreads the buckets by itself; a miss is measured again
+    # with a new calibration, up to three times. A bias of the model's own
+    # comes back at every attempt.
+    misses = []
+    for attempt in range(1, 4):
+        misses = heldout_misses(ctx, ctx.path(f"heldout_{attempt}"))
+        if not misses:
+            break
+        print(f"attempt {attempt}: bounds missed: " + "; ".join(misses))
     check(not misses, "; ".join(misses))
 
 
