@@ -107,6 +107,20 @@ po::options_description roofline_options() {
   return o;
 }
 
+po::options_description quantization_options() {
+  po::options_description o("Quantization (roofline; docs/quantization.md)", kHelpWidth);
+  o.add_options()
+      ("quantization", po::value<std::string>()->default_value("none"),
+       "weights of the linear layers: none (the checkpoint's dtype), fp8 (W8A8 on FP8 tensor cores; Ada, "
+       "Hopper and later), int8 (W8A8 on INT8 tensor cores), w8a16 (int8 weight-only), w4a16 (int4 "
+       "weight-only, groups of 128, as GPTQ/AWQ); the embedding and the LM head stay in the checkpoint's "
+       "dtype, and freed weight memory becomes KV blocks")
+      ("kv-cache-dtype", po::value<std::string>()->default_value("auto"),
+       "K and V as cached: auto (the model's dtype), fp8 (= fp8_e4m3, per-layer scales), fp8_e5m2, int8 "
+       "(an fp32 scale per token and head)");
+  return o;
+}
+
 po::options_description slo_options() {
   po::options_description o("Service-level objectives (goodput)", kHelpWidth);
   o.add_options()
@@ -254,6 +268,13 @@ RooflineOptions roofline_from(const po::variables_map& vm) {
   r.iteration_overhead_s = parse_duration_s(vm["iteration-overhead"].as<std::string>(), "--iteration-overhead");
   r.validate();
   return r;
+}
+
+Quantization quantization_from(const po::variables_map& vm) {
+  Quantization q;
+  q.weights = parse_weight_quantization(vm["quantization"].as<std::string>());
+  q.kv_cache = parse_kv_cache_dtype(vm["kv-cache-dtype"].as<std::string>());
+  return q;
 }
 
 SloTargets slo_from(const po::variables_map& vm) {

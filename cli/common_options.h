@@ -7,6 +7,7 @@
 
 #include "sim/cost/roofline_model.h"
 #include "sim/metrics.h"
+#include "sim/quantization.h"
 #include "sim/scheduler_settings.h"
 #include "sim/workload.h"
 
@@ -29,6 +30,7 @@ struct WorkloadDefaults {
 po::options_description workload_options(const WorkloadDefaults& defaults = {});
 po::options_description scheduler_options();
 po::options_description roofline_options();
+po::options_description quantization_options();
 po::options_description slo_options();
 
 // Each reads the flags above from a parsed map; bad values throw InputError
@@ -36,6 +38,7 @@ po::options_description slo_options();
 WorkloadSpec workload_from(const po::variables_map& vm);
 SchedulerSettings scheduler_from(const po::variables_map& vm);
 RooflineOptions roofline_from(const po::variables_map& vm);
+Quantization quantization_from(const po::variables_map& vm);
 SloTargets slo_from(const po::variables_map& vm);
 
 // Boost's lexical_cast turns "-1" into 2^64 - 1 for an unsigned option, so

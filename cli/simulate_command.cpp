@@ -111,7 +111,7 @@ int simulate_command(int argc, const char* const* argv) {
        "device's iterations measured");
   po::options_description all(kHelpWidth);
   all.add(general).add(draws).add(output_options()).add(workload_options()).add(scheduler_options())
-      .add(speculative_options()).add(roofline_options()).add(slo_options());
+      .add(speculative_options()).add(roofline_options()).add(quantization_options()).add(slo_options());
 
   const po::variables_map vm = parse_or_throw(argc, argv, all);
   if (vm.count("help")) {
@@ -138,6 +138,7 @@ int simulate_command(int argc, const char* const* argv) {
   SimulationSetup setup;
   setup.model = use_profile && vm["model"].defaulted() ? profile->model
                                                        : resolve_model(vm["model"].as<std::string>());
+  setup.model.quantization = quantization_from(vm);  // a self-draft shares the target's weights and dtypes
   setup.hardware = resolve_hardware(vm["hardware"].as<std::string>());
   setup.workload = workload_from(vm);
   setup.scheduler = scheduler_from(vm);

@@ -103,6 +103,8 @@ nlohmann::json setup_to_json(const SimulationSetup& setup, const SchedulerConfig
   j["model"] = model_to_json(setup.model);
   j["hardware"] = {{"name", h.name},
                    {"bf16_flops", h.bf16_flops},
+                   {"fp8_flops", h.fp8_flops},
+                   {"int8_ops", h.int8_ops},
                    {"memory_bandwidth_bytes_per_s", h.memory_bandwidth},
                    {"memory_bytes", h.memory_bytes}};
   j["scheduler"] = scheduler_to_json(c, setup.scheduler.gpu_memory_utilization);

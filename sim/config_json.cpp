@@ -22,6 +22,7 @@ nlohmann::json model_to_json(const ModelSpec& m) {
           {"max_position_embeddings", m.max_position_embeddings},
           {"torch_dtype", m.torch_dtype},
           {"parameters", m.parameter_count()},
+          {"quantization", m.quantization.to_json()},
           {"weight_bytes", m.weight_bytes()},
           {"kv_bytes_per_token", m.kv_bytes_per_token()}};
 }

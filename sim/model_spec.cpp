@@ -105,9 +105,25 @@ int64_t ModelSpec::parameter_count() const {
   return total;
 }
 
+double ModelSpec::weight_bytes() const {
+  if (quantization.weights == WeightQuantization::None) return double(parameter_count()) * dtype_bytes();
+  const double d = double(hidden_size), dh = double(head_dim), H = double(num_attention_heads),
+               Hkv = double(num_key_value_heads), I = double(intermediate_size);
+  const int b = dtype_bytes();
+  const double qkv_out = (H + 2 * Hkv) * dh;
+  const Quantization& q = quantization;
+  const double linears = q.linear_bytes(d, qkv_out, b) + q.linear_bytes(H * dh, d, b) +
+                         q.linear_bytes(d, 2 * I, b) + q.linear_bytes(I, d, b);
+  const double linear_parameters = d * qkv_out + H * dh * d + 3 * d * I;
+  const double others = double(parameter_count()) - double(num_hidden_layers) * linear_parameters;
+  return double(num_hidden_layers) * linears + others * b;
+}
+
 double ModelSpec::kv_bytes_per_token() const {
-  return 2.0 * double(num_hidden_layers) * double(num_key_value_heads) * double(head_dim) *
-         dtype_bytes();
+  if (quantization.kv_cache == KvCacheDtype::Auto)
+    return 2.0 * double(num_hidden_layers) * double(num_key_value_heads) * double(head_dim) * dtype_bytes();
+  return double(num_hidden_layers) *
+         quantization.kv_bytes_per_token_layer(double(num_key_value_heads), double(head_dim), dtype_bytes());
 }
 
 void ModelSpec::validate(const std::string& source) const {

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "sim/quantization.h"
+
 namespace servesim {
 
 struct ModelSpec {
@@ -25,6 +27,9 @@ struct ModelSpec {
   double rope_theta = 10000.0;
   double rms_norm_eps = 1e-5;
   int64_t eos_token_id = 2;            // the first id when config.json lists several
+  // How a deployment stores it (--quantization, --kv-cache-dtype): not part
+  // of config.json; the default is the checkpoint's dtype throughout.
+  Quantization quantization;
 
   // Bytes of one weight or KV element in torch_dtype (bf16/fp16: 2, fp32: 4).
   int dtype_bytes() const;
@@ -32,8 +37,11 @@ struct ModelSpec {
   // H*dh*d (+ (H+2Hkv)*dh biases), gate/up/down 3*d*I, two RMSNorm weights
   // 2*d; final norm d; LM head V*d unless tied.
   int64_t parameter_count() const;
-  double weight_bytes() const { return double(parameter_count()) * dtype_bytes(); }
-  // K and V of one token in every layer: 2 * L * Hkv * dh * bytes.
+  // The parameters above in bytes: the linear layers as `quantization`
+  // stores them (Quantization::linear_bytes), everything else in torch_dtype.
+  double weight_bytes() const;
+  // K and V of one token in every layer: L x Quantization::kv_bytes_per_token_layer
+  // (auto: 2 * L * Hkv * dh * bytes).
   double kv_bytes_per_token() const;
 
   // Throws InputError (naming `source`) if a field is out of range or the

@@ -25,6 +25,12 @@ CostModels build_cost_models(const CostModelSettings& settings, const ModelSpec&
     if (draft) out.draft = std::make_unique<RooflineModel>(draft->spec, hardware, settings.roofline);
     return out;
   }
+  if (!model.quantization.is_default())
+    throw InputError(fmt::format("{} was calibrated with {} weights and KV cache only: it has no tables for "
+                                 "--quantization {} --kv-cache-dtype {}; predict with the roofline (drop --profile) "
+                                 "or calibrate those dtypes",
+                                 settings.profile_source, settings.profile->dtype,
+                                 to_string(model.quantization.weights), to_string(model.quantization.kv_cache)));
   out.from_profile = true;
   out.profile_source = settings.profile_source;
   out.target = std::make_unique<ProfileModel>(*settings.profile, model, settings.profile_source);

@@ -18,6 +18,29 @@ void RooflineOptions::validate() const {
     throw InputError(fmt::format("--iteration-overhead must be >= 0 (got {})", iteration_overhead_s));
 }
 
+// Defaults and their sources: docs/quantization.md.
+RelativeEfficiency quantized_gemm_efficiency(WeightQuantization q) {
+  switch (q) {
+    case WeightQuantization::None: return {1.0, 1.0};
+    // W8A8: small-M GEMMs gain 1.25-1.7x over bf16 (not the 2x of their
+    // bytes), large ones ~1.6x (not the 2x of the peak).
+    case WeightQuantization::Fp8:
+    case WeightQuantization::Int8: return {0.80, 0.75};
+    // Weight-only (Marlin-style): near the bytes' gain at small batch, the
+    // dequantization inside the GEMM costs compute at large batch.
+    case WeightQuantization::W8A16:
+    case WeightQuantization::W4A16: return {0.75, 0.95};
+  }
+  return {1.0, 1.0};
+}
+
+RelativeEfficiency kv_attention_efficiency(KvCacheDtype d, bool decode) {
+  if (d == KvCacheDtype::Auto) return {1.0, 1.0};
+  // 8-bit K and V dequantized on load: decode at ~0.7x bf16's bandwidth
+  // efficiency, prefill 3-25% slower (taken at ~12%).
+  return decode ? RelativeEfficiency{1.0, 0.70} : RelativeEfficiency{0.89, 1.0};
+}
+
 RooflineModel::RooflineModel(const ModelSpec& model, const HardwareSpec& hardware,
                              const RooflineOptions& options)
     : model_(model), hardware_(hardware), options_(options) {
@@ -25,10 +48,16 @@ RooflineModel::RooflineModel(const ModelSpec& model, const HardwareSpec& hardwar
   hardware_.validate(hardware_.name);
   flops_per_s_ = hardware_.bf16_flops * options_.compute_efficiency;
   bytes_per_s_ = hardware_.memory_bandwidth * options_.memory_efficiency;
+  gemm_peak_ = hardware_.gemm_flops(model_.quantization.weights);  // InputError: the device lacks the dtype
 }
 
 double RooflineModel::op_time(double flops, double bytes) const {
   return std::max(flops / flops_per_s_, bytes / bytes_per_s_);
+}
+
+double RooflineModel::op_time(double flops, double bytes, double peak_flops, RelativeEfficiency e) const {
+  return std::max(flops / (peak_flops * options_.compute_efficiency * e.compute),
+                  bytes / (bytes_per_s_ * e.memory));
 }
 
 RooflineBreakdown RooflineModel::breakdown(const IterationPlan& plan) const {
@@ -40,9 +69,19 @@ RooflineBreakdown RooflineModel::breakdown(const IterationPlan& plan) const {
   const double S = double(plan.num_sample_rows);  // rows that go through the LM head
   const double q_out = H * dh, kv_out = Hkv * dh, qkv_out = q_out + 2 * kv_out;
 
-  // GEMM [T, K] x [K, N]: 2*T*K*N FLOPs; bytes = weights K*N + input T*K +
-  // output T*N, each read or written once (weights dominate at small T).
-  auto gemm = [&](double K, double N) { return op_time(2 * T * K * N, b * (K * N + T * K + T * N)); };
+  const Quantization& quant = model_.quantization;
+  const int checkpoint_bytes = model_.dtype_bytes();
+  const double a_in = quant.activation_bytes(checkpoint_bytes);
+  const RelativeEfficiency gemm_eff = quantized_gemm_efficiency(quant.weights);
+
+  // GEMM [T, K] x [K, N]: 2*T*K*N FLOPs at the compute dtype's peak; bytes =
+  // weights as stored (+ scales) + input T*K (8-bit for W8A8) + output T*N,
+  // each read or written once (weights dominate at small T).
+  auto gemm = [&](double K, double N) {
+    if (quant.weights == WeightQuantization::None) return op_time(2 * T * K * N, b * (K * N + T * K + T * N));
+    return op_time(2 * T * K * N, quant.linear_bytes(K, N, checkpoint_bytes) + a_in * T * K + b * T * N, gemm_peak_,
+                   gemm_eff);
+  };
 
   RooflineBreakdown out;
   out.qkv_proj = L * gemm(d, qkv_out);
@@ -55,12 +94,16 @@ RooflineBreakdown RooflineModel::breakdown(const IterationPlan& plan) const {
   // FLOPs for QK^T and 2 for PV per head dimension: 4*H*dh*pairs. Memory: K
   // and V of all c + q tokens read once (FlashAttention streams them), the
   // new K and V written to the cache, Q read and O written.
+  // K and V bytes per token and layer as cached (--kv-cache-dtype).
+  const double kv_token = quant.kv_bytes_per_token_layer(Hkv, dh, checkpoint_bytes);
   double pf_flops = 0, pf_bytes = 0, dc_flops = 0, dc_bytes = 0;
   for (const ScheduledSequence& s : plan.sequences) {
     const double q = s.num_query_tokens, c = s.num_cached_tokens;
     const double pairs = q * c + q * (q + 1) / 2;
     const double flops = 4 * H * dh * pairs;
-    const double bytes = b * ((c + q) * 2 * kv_out + q * 2 * kv_out + 2 * q * q_out);
+    const double bytes = quant.kv_cache == KvCacheDtype::Auto
+                             ? b * ((c + q) * 2 * kv_out + q * 2 * kv_out + 2 * q * q_out)
+                             : kv_token * ((c + q) + q) + b * 2 * q * q_out;
     if (s.is_prefill) {
       pf_flops += flops;
       pf_bytes += bytes;
@@ -70,14 +113,26 @@ RooflineBreakdown RooflineModel::breakdown(const IterationPlan& plan) const {
     }
   }
   // Prefill and decode sequences run as two attention kernels per layer.
-  if (pf_flops > 0) out.prefill_attention = L * op_time(pf_flops, pf_bytes);
-  if (dc_flops > 0) out.decode_attention = L * op_time(dc_flops, dc_bytes);
+  const double bf16_peak = hardware_.bf16_flops;
+  const bool kv_auto = quant.kv_cache == KvCacheDtype::Auto;
+  if (pf_flops > 0)
+    out.prefill_attention = L * (kv_auto ? op_time(pf_flops, pf_bytes)
+                                         : op_time(pf_flops, pf_bytes, bf16_peak,
+                                                   kv_attention_efficiency(quant.kv_cache, false)));
+  if (dc_flops > 0)
+    out.decode_attention = L * (kv_auto ? op_time(dc_flops, dc_bytes)
+                                        : op_time(dc_flops, dc_bytes, bf16_peak,
+                                                  kv_attention_efficiency(quant.kv_cache, true)));
 
   // Memory-bound elementwise work per layer, bytes read + written per token:
   // two RMSNorms 2*2d, rotary on q and k 2*(q_out + kv_out), two residual
   // adds 2*3d, SwiGLU silu(gate)*up 3I. Plus the embedding gather 2d once.
   const double per_token_layer = 4 * d + 2 * (q_out + kv_out) + 6 * d + 3 * I;
-  out.elementwise = op_time(0, b * T * (L * per_token_layer + 2 * d));
+  // W8A8 quantizes each GEMM's input first: read in bf16, write 8 bits, for
+  // the qkv (d), o (H dh), gate/up (d) and down (I) inputs of every layer.
+  const double quantize_bytes = quant.w8a8() ? (b + 1) * (2 * d + q_out + I) : 0.0;
+  out.elementwise = quant.w8a8() ? op_time(0, b * T * (L * per_token_layer + 2 * d) + L * T * quantize_bytes)
+                                  : op_time(0, b * T * (L * per_token_layer + 2 * d));
 
   // Final RMSNorm and LM head on the sampling rows only; fp32 logits written
   // by the GEMM and read again by the sampler.
@@ -90,10 +145,24 @@ RooflineBreakdown RooflineModel::breakdown(const IterationPlan& plan) const {
 }
 
 nlohmann::json RooflineModel::describe() const {
-  return {{"executor", "roofline"},
-          {"compute_efficiency", options_.compute_efficiency},
-          {"memory_efficiency", options_.memory_efficiency},
-          {"iteration_overhead_s", options_.iteration_overhead_s}};
+  nlohmann::json j = {{"executor", "roofline"},
+                      {"compute_efficiency", options_.compute_efficiency},
+                      {"memory_efficiency", options_.memory_efficiency},
+                      {"iteration_overhead_s", options_.iteration_overhead_s}};
+  const Quantization& q = model_.quantization;
+  if (!q.is_default()) {
+    const RelativeEfficiency g = quantized_gemm_efficiency(q.weights);
+    const RelativeEfficiency dc = kv_attention_efficiency(q.kv_cache, true);
+    const RelativeEfficiency pf = kv_attention_efficiency(q.kv_cache, false);
+    j["quantization"] = q.to_json();
+    j["quantized_efficiency"] = {
+        {"gemm_peak_flops", gemm_peak_},
+        {"gemm", {{"compute", g.compute}, {"memory", g.memory}}},
+        {"decode_attention", {{"compute", dc.compute}, {"memory", dc.memory}}},
+        {"prefill_attention", {{"compute", pf.compute}, {"memory", pf.memory}}},
+        {"meaning", "multipliers on compute_efficiency and memory_efficiency (docs/quantization.md)"}};
+  }
+  return j;
 }
 
 }  // namespace servesim

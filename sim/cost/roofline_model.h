@@ -6,6 +6,13 @@
 // (Williams, Waterman & Patterson, "Roofline", CACM 2009), operators run one
 // after another, and the iteration adds a fixed overhead. Per-operator
 // roofline as in LLMCompass and Vidur's analytical fallback.
+//
+// Quantization (ModelSpec::quantization, docs/quantization.md): the linear
+// layers' weight bytes as stored, their inputs in 8 bits for W8A8, the
+// GEMMs' peak of their compute dtype (HardwareSpec::gemm_flops), the K and V
+// bytes as cached, the work quantization adds (W8A8 activation quantization
+// as an elementwise pass), and efficiencies relative to the bf16 ones per
+// dtype (quantized_gemm_efficiency, kv_attention_efficiency).
 #pragma once
 
 #include "sim/cost/cost_model.h"
@@ -13,6 +20,16 @@
 #include "sim/model_spec.h"
 
 namespace servesim {
+
+// Multipliers on RooflineOptions' compute and memory efficiencies.
+struct RelativeEfficiency {
+  double compute = 1.0;
+  double memory = 1.0;
+};
+// The GEMMs of a weight dtype (none: 1, 1).
+RelativeEfficiency quantized_gemm_efficiency(WeightQuantization q);
+// Attention over an 8-bit KV cache (auto: 1, 1); decode or prefill kernels.
+RelativeEfficiency kv_attention_efficiency(KvCacheDtype d, bool decode);
 
 struct RooflineOptions {
   // Fraction of dense bf16 peak that large GEMMs reach (docs/cost-models.md
@@ -51,8 +68,10 @@ class RooflineModel final : public CostModel {
   nlohmann::json describe() const override;
   RooflineBreakdown breakdown(const IterationPlan& plan) const;
 
-  // One operator's time under the roofline.
+  // One operator's time under the roofline (bf16 peak and efficiencies) ...
   double op_time(double flops, double bytes) const;
+  // ... and with another peak and relative efficiencies.
+  double op_time(double flops, double bytes, double peak_flops, RelativeEfficiency e) const;
 
  private:
   ModelSpec model_;
@@ -60,6 +79,7 @@ class RooflineModel final : public CostModel {
   RooflineOptions options_;
   double flops_per_s_;  // peak x compute efficiency
   double bytes_per_s_;  // bandwidth x memory efficiency
+  double gemm_peak_;    // the GEMMs' dense peak in their compute dtype
 };
 
 }  // namespace servesim

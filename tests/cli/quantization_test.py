@@ -1,0 +1,96 @@
+#!/usr/bin/python3
+"""--quantization and --kv-cache-dtype in `servesim simulate`, `models` and
+`hardware`: what a run records, what the dtypes change, and the refusals.
+
+Run one case:   quantization_test.py --servesim BIN --source-dir ROOT --work-dir DIR CASE
+List the cases: quantization_test.py --list
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cli_test import check, expect_input_error, load_summary, run_case_from_argv  # noqa: E402
+
+CASES = {}
+
+
+def case(fn):
+    CASES[fn.__name__] = fn
+    return fn
+
+
+WORKLOAD = ["--num-requests", "200", "--rate", "4", "--prompt-len", "fixed:512", "--output-len", "fixed:128",
+            "--seed", "3"]
+
+
+def simulate(ctx, name, *flags):
+    out = ctx.path(name)
+    ctx.simulate("--model", "llama-3.1-8b", "--hardware", "h200", *WORKLOAD, *flags, "--out", out)
+    return load_summary(out)
+
+
+@case
+def quantization_simulate(ctx):
+    base = simulate(ctx, "bf16")
+    w4 = simulate(ctx, "w4a16", "--quantization", "w4a16")
+    fp8 = simulate(ctx, "fp8", "--quantization", "fp8", "--kv-cache-dtype", "fp8")
+    model = w4["config"]["model"]
+    check(model["quantization"] == {"quantization": "w4a16", "kv_cache_dtype": "auto", "group_size": 128},
+          f"config.model.quantization: {model['quantization']}")
+    check(base["config"]["model"]["quantization"]["quantization"] == "none", "the default is not recorded")
+    # Freed weight memory becomes KV blocks; an fp8 KV cache doubles them and more.
+    blocks = {n: s["config"]["scheduler"]["num_gpu_blocks"] for n, s in
+              (("bf16", base), ("w4a16", w4), ("fp8", fp8))}
+    check(blocks["bf16"] < blocks["w4a16"], f"KV blocks {blocks}")
+    check(blocks["fp8"] > 2 * blocks["bf16"], f"KV blocks {blocks}")
+    # A light load decodes small batches: int4 weights stream a quarter of the
+    # bytes, so TPOT drops by more than half; fp8 by a third or so.
+    tpot = {n: s["tpot_s"]["p50"] for n, s in (("bf16", base), ("w4a16", w4), ("fp8", fp8))}
+    check(tpot["w4a16"] < 0.5 * tpot["bf16"], f"TPOT P50 {tpot}")
+    check(0.5 * tpot["bf16"] < tpot["fp8"] < 0.85 * tpot["bf16"], f"TPOT P50 {tpot}")
+    described = fp8["config"]["cost_model"]
+    check(described["quantization"]["kv_cache_dtype"] == "fp8_e4m3", f"cost_model: {described}")
+    check(described["quantized_efficiency"]["decode_attention"]["memory"] == 0.7, f"cost_model: {described}")
+
+
+@case
+def quantization_errors(ctx):
+    expect_input_error(ctx, ["simulate", "--quantization", "nf4"], ["--quantization 'nf4'", "w4a16"])
+    expect_input_error(ctx, ["simulate", "--kv-cache-dtype", "int4"], ["--kv-cache-dtype 'int4'", "4-bit"])
+    expect_input_error(ctx, ["simulate", "--hardware", "a100-80gb", "--quantization", "fp8"],
+                       ["a100-80gb has no FP8 tensor cores"])
+    # A hardware JSON without fp8_tflops has none; with it, fp8 runs.
+    os.makedirs(ctx.work_dir, exist_ok=True)
+    path = ctx.path("gpu.json")
+    with open(path, "w") as f:
+        f.write('{"name": "mine", "bf16_tflops": 400, "memory_bandwidth_gbps": 2000, "memory_gb": 80}')
+    expect_input_error(ctx, ["simulate", "--hardware", path, "--quantization", "fp8"], ["mine has no FP8"])
+    with open(path, "w") as f:
+        f.write('{"name": "mine", "bf16_tflops": 400, "memory_bandwidth_gbps": 2000, "memory_gb": 80, '
+                '"fp8_tflops": -1}')
+    expect_input_error(ctx, ["simulate", "--hardware", path], [path, "fp8_tflops"])
+    with open(path, "w") as f:
+        f.write('{"name": "mine", "bf16_tflops": 400, "memory_bandwidth_gbps": 2000, "memory_gb": 80, '
+                '"fp8_tflops": 800}')
+    ctx.simulate("--hardware", path, "--quantization", "fp8", "--num-requests", "20", "--out", ctx.path("mine"))
+
+
+@case
+def quantization_listings(ctx):
+    p = ctx.ok("models")
+    header = p.stdout.splitlines()[0].split()
+    check("8-bit" in header and "w4a16" in header, f"models header: {header}")
+    row = next(line.split() for line in p.stdout.splitlines() if line.startswith("llama-3.1-8b "))
+    # weights GB, 8-bit GB, w4a16 GB, KV KiB/token, KV 8-bit: the last five columns.
+    bf16, w8, w4, kv, kv8 = (float(x) for x in row[-5:])
+    check(abs(bf16 - 16.06) < 0.01 and abs(w8 - 9.09) < 0.02 and 5.5 < w4 < 5.8, f"llama-3.1-8b: {row}")
+    check(kv == 128.0 and kv8 == 64.0, f"llama-3.1-8b KV: {row}")
+    p = ctx.ok("hardware")
+    rows = {line.split()[0]: line.split() for line in p.stdout.splitlines() if line.strip()}
+    check(rows["h200"][2] == "1979.0" and rows["h200"][3] == "1979.0", f"h200: {rows['h200']}")
+    check(rows["a100-80gb"][2] == "-", f"a100-80gb: {rows['a100-80gb']}")
+
+
+if __name__ == "__main__":
+    sys.exit(run_case_from_argv(CASES, __doc__))
