@@ -7,6 +7,7 @@
 #include "kernels/decoder/host_weights.h"
 #include "sim/errors.h"
 #include "sim/model_spec.h"
+#include "sim/quantization.h"
 
 namespace servesim::cli {
 
@@ -54,7 +55,12 @@ void add_engine_options(po::options_description& general) {
       ("temperature", po::value<double>()->default_value(0.0, "0"), "0 = greedy")
       ("top-p", po::value<double>()->default_value(1.0, "1"), "nucleus sampling threshold")
       ("honor-eos", "stop a request at the model's eos_token_id (default: generate exactly "
-                    "its output length, as benchmark clients do)");
+                    "its output length, as benchmark clients do)")
+      ("quantization", po::value<std::string>()->default_value("none"),
+       "none only: the built-in decoders serve the checkpoint's dtype (fp32 on cpu, bf16 on cuda); "
+       "`servesim simulate --quantization` predicts the others")
+      ("kv-cache-dtype", po::value<std::string>()->default_value("auto"),
+       "auto only (as --quantization)");
 }
 
 void add_speculative_engine_options(po::options_description& general) {
@@ -113,6 +119,14 @@ EngineSetup engine_setup_from(const po::variables_map& vm) {
   } else {
     setup.model = resolve_model(vm["model"].as<std::string>());
   }
+  // Parsed (bad names are refused as in simulate), then refused unless the defaults.
+  const Quantization quantization{parse_weight_quantization(vm["quantization"].as<std::string>()),
+                                  parse_kv_cache_dtype(vm["kv-cache-dtype"].as<std::string>())};
+  if (!quantization.is_default())
+    throw InputError(fmt::format("--quantization {} --kv-cache-dtype {}: the built-in decoders serve the checkpoint's "
+                                 "dtype only (quantized kernels are not built yet); `servesim simulate` predicts "
+                                 "quantized serving with the roofline",
+                                 to_string(quantization.weights), to_string(quantization.kv_cache)));
   setup.weights_seed = parse_seed(vm["weights-seed"].as<std::string>(), "--weights-seed");
   setup.threads = vm["threads"].as<int>();
   if (setup.threads < 0) throw InputError(fmt::format("--threads must be >= 0 (got {})", setup.threads));

@@ -77,6 +77,18 @@ def quantization_errors(ctx):
 
 
 @case
+def quantization_refused_by_the_decoders(ctx):
+    # The built-in decoders have no quantized kernels yet: run and validate refuse by name, before serving.
+    for command in ("run", "validate"):
+        expect_input_error(ctx, [command, "--model", "tiny-15m", "--quantization", "w8a16", "--out", ctx.path(command)],
+                           ["--quantization w8a16", "checkpoint's dtype only", "servesim simulate"])
+    expect_input_error(ctx, ["run", "--model", "tiny-15m", "--kv-cache-dtype", "int8", "--out", ctx.path("run")],
+                       ["--kv-cache-dtype int8"])
+    expect_input_error(ctx, ["run", "--model", "tiny-15m", "--quantization", "nf4", "--out", ctx.path("run")],
+                       ["--quantization 'nf4'"])
+
+
+@case
 def quantization_listings(ctx):
     p = ctx.ok("models")
     header = p.stdout.splitlines()[0].split()
