@@ -17,7 +17,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cli_test import Failure, check, run_case_from_argv  # noqa: E402
+from cli_test import Failure, Skipped, check, run_case_from_argv  # noqa: E402
 
 CASES = {}
 
@@ -83,7 +83,7 @@ def heldout_workloads_deterministic(ctx):
 def heldout_misses(ctx, out):
     """One held-out workload (heldout03: gamma arrivals of cv 2 at 0.7 of capacity, a
     bimodal prompt mix, short outputs: decode batches of 1 to 16) after a quick
-    one-thread calibration; the bounds it misses (an empty list when they hold)."""
+    one-thread calibration; the bounds it misses (an empty list when they hold) and the run's noise floor."""
     cmd = [sys.executable, os.path.join(ctx.source_dir, "experiments", "heldout", "run.py"), "--servesim",
            ctx.servesim, "--quick", "--threads", "1", "--count", "1", "--first", "3", "--requests", "40", "--out", out]
     print("$ " + " ".join(cmd))
@@ -109,7 +109,14 @@ def heldout_misses(ctx, out):
         report = json.load(f)
     check(sum(b["count"] for b in report["iteration_breakdown"]["by_kind_sequences"]) ==
           report["iteration_mape"]["counts"]["all"], "the breakdown does not cover every iteration")
-    return misses
+    return misses, float(rows[0]["floor"] or 0)
+
+
+# This workload's own noise floor (iteration MAPE with the run's level known at
+# every moment) was 3.5-4.4% in the committed one-thread runs on the EPYC VM and
+# 8.3-12.6% in the hours whose runs spread the buckets 1.3-1.4x by themselves:
+# above this, a run cannot tell a 20% shape bias from the machine.
+MAX_FLOOR = 0.07
 
 
 @case
@@ -118,13 +125,24 @@ def validate_heldout_bias(ctx):
     # whole-model steps, or between the calibration and the run, happens on a
     # shared VM and spreads the buckets by itself; a miss is measured again
     # with a new calibration, up to three times. A bias of the model's own
-    # comes back at every attempt.
-    misses = []
+    # comes back at every attempt. An attempt on a machine too noisy to test
+    # the bound (floor above MAX_FLOOR) counts neither way.
+    misses, tested, floors = [], 0, []
     for attempt in range(1, 4):
-        misses = heldout_misses(ctx, ctx.path(f"heldout_{attempt}"))
+        misses_now, floor = heldout_misses(ctx, ctx.path(f"heldout_{attempt}"))
+        floors.append(floor)
+        if floor > MAX_FLOOR:
+            print(f"attempt {attempt}: the run's noise floor {floor:.3f} is above {MAX_FLOOR}: it cannot test the "
+                  f"bound" + (f" (it missed: {'; '.join(misses_now)})" if misses_now else ""))
+            continue
+        tested += 1
+        misses = misses_now
         if not misses:
-            break
+            return
         print(f"attempt {attempt}: bounds missed: " + "; ".join(misses))
+    if tested == 0:
+        raise Skipped("the machine was too noisy at every attempt (the run's noise floor "
+                      + ", ".join(f"{f:.3f}" for f in floors) + f", above {MAX_FLOOR})")
     check(not misses, "; ".join(misses))
 
 
