@@ -106,6 +106,8 @@ int64_t ModelSpec::parameter_count() const {
 }
 
 double ModelSpec::weight_bytes() const {
+  // Unquantized: the product it always was (the quantized sum below would
+  // differ in the last bits, and KV capacities are floors of these bytes).
   if (quantization.weights == WeightQuantization::None) return double(parameter_count()) * dtype_bytes();
   const double d = double(hidden_size), dh = double(head_dim), H = double(num_attention_heads),
                Hkv = double(num_key_value_heads), I = double(intermediate_size);

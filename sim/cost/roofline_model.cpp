@@ -69,6 +69,9 @@ RooflineBreakdown RooflineModel::breakdown(const IterationPlan& plan) const {
   const double S = double(plan.num_sample_rows);  // rows that go through the LM head
   const double q_out = H * dh, kv_out = Hkv * dh, qkv_out = q_out + 2 * kv_out;
 
+  // Unquantized weights and KV keep the expressions they always had (below,
+  // beside the quantized ones): the same sums in another order would move
+  // every committed prediction in its last bits.
   const Quantization& quant = model_.quantization;
   const int checkpoint_bytes = model_.dtype_bytes();
   const double a_in = quant.activation_bytes(checkpoint_bytes);
