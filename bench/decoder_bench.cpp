@@ -1,4 +1,6 @@
-// How fast the built-in CPU decoder runs, against this machine's own limits.
+// How fast the built-in CPU decoder runs, against this machine's own limits,
+// at each precision it builds (fp32; bf16 weights and KV; w8a16, int8
+// weights; w8a16 with an int8 KV cache), and how far each strays from fp32.
 //
 //   build/release/bench/servesim_decoder_bench --benchmark_counters_tabular=true
 //       --benchmark_repetitions=5 --benchmark_display_aggregates_only=true
@@ -19,7 +21,11 @@
 // (after every prefill) and report both figures and their ratio. Each
 // benchmark also times its own work with a steady clock (wall time: the
 // work runs on every core). A summary (medians across repetitions) follows
-// the Google Benchmark table.
+// the Google Benchmark table: per precision, the decode and prefill figures
+// and their speed-up over fp32 measured in the same run, and each
+// precision's logits against fp32's over kAccuracySteps greedy steps
+// (max |dlogit| / max |logit|, and the share of steps whose greedy token
+// agrees).
 
 #include <algorithm>
 #include <chrono>
@@ -38,6 +44,7 @@
 #include "calib/ceilings.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/decoder/decoder_model.h"
+#include "kernels/decoder/decoder_precision.h"
 #include "kernels/decoder/host_weights.h"
 #include "sim/model_spec.h"
 
@@ -53,6 +60,23 @@ constexpr int64_t kGemmSize = 2048;       // M = N = K of the reference GEMM
 constexpr int32_t kBlockSize = 16;
 constexpr double kDecodeTarget = 0.70;   // of the STREAM bandwidth
 constexpr double kPrefillTarget = 0.60;  // of the GEMM throughput
+constexpr int kAccuracySteps = 300;      // greedy steps of the accuracy check
+
+// The precisions benchmarked (the benchmarks' argument is the index).
+struct PrecisionCase {
+  const char* name;
+  cpu::Precision storage;
+};
+using cpu::Storage;
+const PrecisionCase kPrecisions[] = {
+    {"fp32", {}},
+    {"bf16", {Storage::Bf16, Storage::Bf16, Storage::Bf16}},
+    {"w8a16", {Storage::Int8, Storage::Fp32, Storage::Fp32}},
+    {"w8a16+int8kv", {Storage::Int8, Storage::Fp32, Storage::Int8}},
+    // --dtype bfloat16 --quantization w8a16 --kv-cache-dtype int8: the head in bf16 too.
+    {"bf16+w8a16+i8kv", {Storage::Int8, Storage::Bf16, Storage::Int8}},
+};
+constexpr int kNumPrecisions = int(std::size(kPrecisions));
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -130,19 +154,21 @@ void BM_GemmEigenOneThread(benchmark::State& state) {
 
 // --------------------------------------------------------------- decoder ---
 
-// small-110m with random weights on every core, built once. Decode and
-// prefill write K and V into separate blocks.
+// small-110m with random weights on every core, built once per precision.
+// Decode and prefill write K and V into separate blocks.
 struct DecoderFixture {
   ModelSpec spec = resolve_model(kModel);
+  cpu::Precision storage;
   std::unique_ptr<DecoderModel> model;
   std::vector<int32_t> decode_blocks, prefill_blocks;
 
-  DecoderFixture() {
+  explicit DecoderFixture(const cpu::Precision& precision) : storage(precision) {
     const int32_t decode_n = (kDecodeContext + 1 + kBlockSize - 1) / kBlockSize;
     const int32_t prefill_n = (kPrefillTokens + kBlockSize - 1) / kBlockSize;
     for (int32_t b = 0; b < decode_n; ++b) decode_blocks.push_back(b);
     for (int32_t b = 0; b < prefill_n; ++b) prefill_blocks.push_back(decode_n + b);
-    model = make_cpu_decoder(random_weights(spec, 7), decode_n + prefill_n, kBlockSize, CpuDecoderOptions{});
+    model = make_cpu_decoder(random_weights(spec, 7), decode_n + prefill_n, kBlockSize,
+                             CpuDecoderOptions{0, precision});
   }
 
   std::vector<int32_t> token_ids(int32_t count, uint64_t seed) const {
@@ -154,9 +180,16 @@ struct DecoderFixture {
   }
 };
 
-DecoderFixture& decoder() {
-  static DecoderFixture fixture;
-  return fixture;
+// One decoder at a time: a fixture is freed when another precision's is built.
+DecoderFixture& decoder(int precision) {
+  static std::unique_ptr<DecoderFixture> fixture;
+  static int built = -1;
+  if (built != precision) {
+    fixture.reset();
+    fixture = std::make_unique<DecoderFixture>(kPrecisions[precision].storage);
+    built = precision;
+  }
+  return *fixture;
 }
 
 // Parameters of the matrices every token is multiplied by, per layer:
@@ -167,21 +200,34 @@ double layer_matrix_params(const ModelSpec& m) {
   return (H + 2 * Hkv) * dh * d + H * dh * d + 3 * I * d;
 }
 
-// Bytes one decode step reads from the weights (fp32, 4 bytes each): every
-// layer's matrices, its two RMSNorm vectors and its q, k, v biases, the final
-// norm and the LM head V d (the embedding when tied), plus the one embedding
-// row gathered for the new token (d):
-//   4 x [L x (matrices + 2 d + bias) + d + V d + d]
-double decode_weight_bytes(const ModelSpec& m) {
+// Output rows of the matrices, per layer (one int8 scale each): (H + 2 Hkv) dh + d + 2 I + d.
+double layer_matrix_rows(const ModelSpec& m) {
+  return double((m.num_attention_heads + 2 * m.num_key_value_heads) * m.head_dim + 2 * m.hidden_size +
+                2 * m.intermediate_size);
+}
+
+// Bytes one decode step reads from the weights: every layer's matrices (b
+// bytes each, plus a 4-byte scale per row for int8), its two RMSNorm
+// vectors and q, k, v biases (fp32), the final norm, and the LM head V d and
+// the one embedding row gathered for the new token (d) in the embedding's
+// storage e:
+//   L x (b matrices + scales + 4 (2 d + bias)) + 4 d + e (V d + d)
+double decode_weight_bytes(const ModelSpec& m, const cpu::Precision& p) {
   const double d = double(m.hidden_size), V = double(m.vocab_size), L = double(m.num_hidden_layers);
   const double bias = m.attention_bias ? double((m.num_attention_heads + 2 * m.num_key_value_heads) * m.head_dim) : 0;
-  return 4.0 * (L * (layer_matrix_params(m) + 2 * d + bias) + d + V * d + d);
+  const double b = cpu::storage_bytes(p.linear), e = cpu::storage_bytes(p.embedding);
+  const double scales = p.linear == Storage::Int8 ? 4.0 * layer_matrix_rows(m) : 0.0;
+  return L * (b * layer_matrix_params(m) + scales + 4.0 * (2 * d + bias)) + 4.0 * d + e * (V * d + d);
 }
 
 // Bytes of K and V one decode step reads with `context` tokens visible
-// (cached + the new one): 4 x 2 (K, V) x L x Hkv x context x dh.
-double decode_kv_bytes(const ModelSpec& m, int64_t context) {
-  return 4.0 * 2.0 * double(m.num_hidden_layers * m.num_key_value_heads * context * m.head_dim);
+// (cached + the new one): context x the bytes per token as stored (fp32:
+// 4 x 2 (K, V) x L x Hkv x dh; int8 adds a 4-byte scale per head and tensor).
+double decode_kv_bytes(const ModelSpec& m, const cpu::Precision& p, int64_t context) {
+  DecoderPrecision precision;
+  precision.dtype = p.kv == Storage::Bf16 ? "bf16" : "fp32";
+  if (p.kv == Storage::Int8) precision.quantization.kv_cache = KvCacheDtype::Int8;
+  return double(context) * decoder_kv_bytes_per_token(m, DeviceChoice{}, precision);
 }
 
 // One decode step of one sequence with kDecodeContext tokens cached: the
@@ -194,7 +240,8 @@ double decode_kv_bytes(const ModelSpec& m, int64_t context) {
 constexpr int64_t kStepsPerStreamPass = 16;
 
 void BM_DecodeBatch1(benchmark::State& state) {
-  DecoderFixture& f = decoder();
+  DecoderFixture& f = decoder(int(state.range(0)));
+  state.SetLabel(kPrecisions[state.range(0)].name);
   StreamArrays& arrays = stream_arrays();
   const std::vector<int32_t> prompt = f.token_ids(kDecodeContext + 1, 11);
   BatchLayout fill, step;
@@ -217,7 +264,7 @@ void BM_DecodeBatch1(benchmark::State& state) {
     decode_s += seconds_since(start);
     ++steps;
   }
-  const double bytes = decode_weight_bytes(f.spec) + decode_kv_bytes(f.spec, kDecodeContext + 1);
+  const double bytes = decode_weight_bytes(f.spec, f.storage) + decode_kv_bytes(f.spec, f.storage, kDecodeContext + 1);
   const double decode = bytes * double(steps) / decode_s / 1e9;
   const double stream = std::max(copy_bytes(arrays) * double(passes) / copy_s,
                                  triad_bytes(arrays) * double(passes) / triad_s) / 1e9;
@@ -244,7 +291,8 @@ double prefill_flops(const ModelSpec& m, double T, double S) {
 // blocks), each pass followed by one reference GEMM (untimed by Google
 // Benchmark) so that the ratio compares the same window.
 void BM_Prefill(benchmark::State& state) {
-  DecoderFixture& f = decoder();
+  DecoderFixture& f = decoder(int(state.range(0)));
+  state.SetLabel(kPrecisions[state.range(0)].name);
   Gemm gemm;
   const std::vector<int32_t> prompt = f.token_ids(kPrefillTokens, 13);
   BatchLayout layout;
@@ -272,8 +320,50 @@ BENCHMARK(BM_StreamCopy)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_StreamTriad)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_GemmMatmul)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_GemmEigenOneThread)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_DecodeBatch1)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_Prefill)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_DecodeBatch1)->DenseRange(0, kNumPrecisions - 1)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Prefill)->DenseRange(0, kNumPrecisions - 1)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// ------------------------------------------------------------- accuracy ---
+
+struct Accuracy {
+  double max_rel_diff = 0;  // max over steps of max |logit - fp32 logit| / max |fp32 logit|
+  double greedy_agree = 0;  // share of steps whose greedy token is fp32's
+};
+
+// Both decoders are fed fp32's own greedy continuation (teacher forcing: one
+// disagreement does not derail the steps after it) of a 32-token prompt.
+Accuracy accuracy_against_fp32(const cpu::Precision& precision) {
+  const ModelSpec spec = resolve_model(kModel);
+  const int32_t prompt = 32;
+  const int64_t blocks = (prompt + kAccuracySteps) / kBlockSize + 2;
+  std::vector<int32_t> table(static_cast<size_t>(blocks));
+  for (int64_t b = 0; b < blocks; ++b) table[size_t(b)] = int32_t(b);
+  auto fp32 = make_cpu_decoder(random_weights(spec, 7), blocks, kBlockSize, CpuDecoderOptions{});
+  auto other = make_cpu_decoder(random_weights(spec, 7), blocks, kBlockSize, CpuDecoderOptions{0, precision});
+  std::mt19937_64 rng(5);
+  std::vector<int32_t> tokens(prompt);
+  for (auto& t : tokens) t = int32_t(rng() % uint64_t(spec.vocab_size));
+  BatchLayout layout;
+  layout.add_sequence(tokens, 0, table, true);
+  Accuracy a;
+  int agree = 0;
+  for (int step = 0; step < kAccuracySteps; ++step) {
+    const std::vector<float> want = fp32->forward(layout), got = other->forward(layout);
+    double scale = 0, diff = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      scale = std::max(scale, double(std::abs(want[i])));
+      diff = std::max(diff, std::abs(double(got[i]) - double(want[i])));
+    }
+    a.max_rel_diff = std::max(a.max_rel_diff, diff / scale);
+    const auto want_token = std::max_element(want.begin(), want.end()) - want.begin();
+    agree += want_token == std::max_element(got.begin(), got.end()) - got.begin();
+    tokens.push_back(int32_t(want_token));
+    layout.clear();
+    layout.add_sequence(std::span<const int32_t>(tokens).last(1), int32_t(tokens.size()) - 1, table, true);
+  }
+  a.greedy_agree = double(agree) / kAccuracySteps;
+  return a;
+}
 
 // --------------------------------------------------------------- summary ---
 
@@ -292,7 +382,9 @@ class SummaryReporter final : public benchmark::BenchmarkReporter {
   void ReportRuns(const std::vector<Run>& runs) override {
     for (const Run& run : runs) {
       if (run.error_occurred) continue;
-      const std::string& name = run.run_name.function_name;
+      // "BM_DecodeBatch1/2" for a benchmark with an argument (the precision).
+      const std::string name =
+          run.run_name.function_name + (run.run_name.args.empty() ? "" : "/" + run.run_name.args);
       for (const auto& [counter, value] : run.counters) {
         if (run.run_type == Run::RT_Iteration) samples_[name][counter].push_back(value.value);
         else if (run.aggregate_name == "median") medians_[name][counter] = value.value;
@@ -324,30 +416,52 @@ class SummaryReporter final : public benchmark::BenchmarkReporter {
   int repetitions_ = 0;
 };
 
-void print_summary(std::FILE* out, const SummaryReporter& r, double others_share) {
+void print_summary(std::FILE* out, const SummaryReporter& r, double others_share, bool accuracy) {
   const double copy = r.value("BM_StreamCopy", "GB/s"), triad = r.value("BM_StreamTriad", "GB/s");
   const double gemm = r.value("BM_GemmMatmul", "GFLOP/s"), gemm1 = r.value("BM_GemmEigenOneThread", "GFLOP/s");
-  const char* decode = "BM_DecodeBatch1";
-  const char* prefill = "BM_Prefill";
   auto verdict = [](double percent, double target) {
     return percent <= 0 ? "n/a (not run)" : percent >= 100 * target ? "PASS" : "below";
   };
+  auto name = [](const char* bench, int p) { return std::string(bench) + "/" + std::to_string(p); };
   std::fprintf(out, "\nSummary (%s, %d threads; medians of %d repetition(s))\n", kModel, omp_get_max_threads(),
-              r.repetitions());
+               r.repetitions());
   std::fprintf(out, "  STREAM, 3 arrays of %.0f MiB: copy %.1f GB/s, triad %.1f GB/s\n",
-              double(stream_array_bytes()) / double(1 << 20), copy, triad);
+               double(stream_array_bytes()) / double(1 << 20), copy, triad);
   std::fprintf(out, "  GEMM %lld^3 fp32: cpu::matmul %.1f GFLOP/s (plain Eigen on one thread: %.1f)\n",
-              static_cast<long long>(kGemmSize), gemm, gemm1);
-  std::fprintf(out, "  decode, batch 1, %d cached tokens: %.2f ms/token, %.1f tokens/s, %.1f GB/s\n", kDecodeContext,
-              r.value(decode, "ms/token"), r.value(decode, "tokens/s"), r.value(decode, "GB/s"));
-  std::fprintf(out, "      %.1f%% of STREAM (%.1f GB/s alongside)   target >= %.0f%%: %s\n", r.value(decode, "%STREAM"),
-              r.value(decode, "STREAM_GB/s"), 100 * kDecodeTarget, verdict(r.value(decode, "%STREAM"), kDecodeTarget));
-  std::fprintf(out, "  prefill, %d-token prompt: %.0f tokens/s, %.1f GFLOP/s\n", kPrefillTokens,
-              r.value(prefill, "tokens/s"), r.value(prefill, "GFLOP/s"));
-  std::fprintf(out, "      %.1f%% of GEMM (%.1f GFLOP/s alongside)   target >= %.0f%%: %s\n", r.value(prefill, "%GEMM"),
-              r.value(prefill, "GEMM_GFLOP/s"), 100 * kPrefillTarget, verdict(r.value(prefill, "%GEMM"), kPrefillTarget));
+               static_cast<long long>(kGemmSize), gemm, gemm1);
+  const std::string decode0 = name("BM_DecodeBatch1", 0), prefill0 = name("BM_Prefill", 0);
+  std::fprintf(out, "  decode, batch 1, %d cached tokens (fp32): %.2f ms/token, %.1f tokens/s, %.1f GB/s\n",
+               kDecodeContext, r.value(decode0, "ms/token"), r.value(decode0, "tokens/s"), r.value(decode0, "GB/s"));
+  std::fprintf(out, "      %.1f%% of STREAM (%.1f GB/s alongside)   target >= %.0f%%: %s\n",
+               r.value(decode0, "%STREAM"), r.value(decode0, "STREAM_GB/s"), 100 * kDecodeTarget,
+               verdict(r.value(decode0, "%STREAM"), kDecodeTarget));
+  std::fprintf(out, "  prefill, %d-token prompt (fp32): %.0f tokens/s, %.1f GFLOP/s\n", kPrefillTokens,
+               r.value(prefill0, "tokens/s"), r.value(prefill0, "GFLOP/s"));
+  std::fprintf(out, "      %.1f%% of GEMM (%.1f GFLOP/s alongside)   target >= %.0f%%: %s\n",
+               r.value(prefill0, "%GEMM"), r.value(prefill0, "GEMM_GFLOP/s"), 100 * kPrefillTarget,
+               verdict(r.value(prefill0, "%GEMM"), kPrefillTarget));
+  std::fprintf(out, "  per precision (speed-ups over fp32 from the same run%s):\n",
+               accuracy ? "; accuracy against fp32 over greedy steps" : "");
+  std::fprintf(out, "    %-15s %9s %8s %8s %8s %10s %8s", "precision", "ms/token", "MB/step", "%STREAM", "decode",
+               "prefill/s", "prefill");
+  if (accuracy) std::fprintf(out, " %12s %7s", "max|dlogit|", "agree");
+  std::fprintf(out, "\n");
+  const double decode_fp32 = r.value(decode0, "ms/token"), prefill_fp32 = r.value(prefill0, "tokens/s");
+  for (int p = 0; p < kNumPrecisions; ++p) {
+    const std::string d = name("BM_DecodeBatch1", p), f = name("BM_Prefill", p);
+    const double ms = r.value(d, "ms/token"), tps = r.value(f, "tokens/s");
+    if (ms <= 0 && tps <= 0) continue;
+    std::fprintf(out, "    %-15s %9.2f %8.1f %7.1f%% %7.2fx %10.0f %7.2fx", kPrecisions[p].name, ms,
+                 r.value(d, "MB/step"), r.value(d, "%STREAM"), ms > 0 ? decode_fp32 / ms : 0.0, tps,
+                 prefill_fp32 > 0 ? tps / prefill_fp32 : 0.0);
+    if (accuracy) {
+      const Accuracy a = accuracy_against_fp32(kPrecisions[p].storage);
+      std::fprintf(out, " %12.5f %6.1f%%", a.max_rel_diff, 100 * a.greedy_agree);
+    }
+    std::fprintf(out, "\n");
+  }
   std::fprintf(out, "  other processes took %.1f%% of the CPUs during the run%s\n", 100 * others_share,
-              others_share > 0.05 ? " -- a busy machine: rerun when it is idle" : "");
+               others_share > 0.05 ? " -- a busy machine: rerun when it is idle" : "");
 }
 
 }  // namespace
@@ -355,16 +469,24 @@ void print_summary(std::FILE* out, const SummaryReporter& r, double others_share
 int main(int argc, char** argv) {
   // The summary goes to stdout after the console table, to stderr when
   // stdout carries JSON or CSV.
-  bool console = true;
+  // --no-accuracy skips the accuracy check (kAccuracySteps greedy steps per precision).
+  bool console = true, accuracy = true;
   for (int i = 1; i < argc; ++i)
     if (std::string(argv[i]).starts_with("--benchmark_format=")) console = std::string(argv[i]).ends_with("=console");
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--no-accuracy") {
+      accuracy = false;
+      for (int j = i; j + 1 < argc; ++j) argv[j] = argv[j + 1];
+      --argc;
+      break;
+    }
   omp_set_num_threads(omp_get_num_procs());
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   SummaryReporter reporter(benchmark::CreateDefaultDisplayReporter());
   const CpuUse start = CpuUse::now();
   benchmark::RunSpecifiedBenchmarks(&reporter);
-  print_summary(console ? stdout : stderr, reporter, CpuUse::now().others_share_since(start));
+  print_summary(console ? stdout : stderr, reporter, CpuUse::now().others_share_since(start), accuracy);
   benchmark::Shutdown();
   return 0;
 }

@@ -78,17 +78,22 @@ struct Rotation {
   double rotation_bytes = 0;         // kRotationCacheMultiple x the local LLC
   double model_stream_bytes = 0;     // every weight of a forward pass
   double weight_rotation_bytes = 0;  // min of the two
-  double kv_per_token_layer = 0;     // fp32 K and V of one token, one layer
+  double kv_per_token_layer = 0;     // K and V of one token, one layer, as stored
+  double linear_element = 4, head_element = 4;  // bytes of a stored weight (scales aside)
   int64_t layers = 0;
 
-  Rotation(const ModelSpec& m, double rotation) : rotation_bytes(rotation), layers(m.num_hidden_layers) {
+  Rotation(const ModelSpec& m, double rotation, const DecoderPrecision& precision)
+      : rotation_bytes(rotation), layers(m.num_hidden_layers) {
+    const cpu::Precision storage = cpu_precision(precision);
+    linear_element = cpu::storage_bytes(storage.linear);
+    head_element = cpu::storage_bytes(storage.embedding);
     const double d = double(m.hidden_size), I = double(m.intermediate_size), V = double(m.vocab_size);
     const double qkv_out = double((m.num_attention_heads + 2 * m.num_key_value_heads) * m.head_dim);
     const double q_out = double(m.num_attention_heads * m.head_dim);
-    const double layer_weight_bytes = 4.0 * (qkv_out * d + d * q_out + 2 * I * d + d * I);
-    model_stream_bytes = double(layers) * layer_weight_bytes + 4.0 * V * d;
+    const double layer_weight_bytes = linear_element * (qkv_out * d + d * q_out + 2 * I * d + d * I);
+    model_stream_bytes = double(layers) * layer_weight_bytes + head_element * V * d;
     weight_rotation_bytes = std::min(rotation_bytes, model_stream_bytes);
-    kv_per_token_layer = 2.0 * double(m.num_key_value_heads * m.head_dim) * 4.0;
+    kv_per_token_layer = decoder_kv_bytes_per_token(m, DeviceChoice{}, precision) / double(layers);
   }
   int weight_copies(double matrix_bytes) const {
     return int(std::clamp(std::ceil(weight_rotation_bytes / matrix_bytes), 1.0, 4096.0));
@@ -124,8 +129,9 @@ void check_memory(const CalibrationOptions& o, const CalibrationGrids& grids, co
   const int64_t qkv_out = (m.num_attention_heads + 2 * m.num_key_value_heads) * m.head_dim;
   const int64_t q_out = m.num_attention_heads * m.head_dim;
   double copies_bytes = 0;
-  for (double bytes : {4.0 * double(qkv_out * d), 4.0 * double(d * q_out), 8.0 * double(I * d), 4.0 * double(d * I),
-                       4.0 * double(V * d)})
+  const double lb = r.linear_element, hb = r.head_element;
+  for (double bytes : {lb * double(qkv_out * d), lb * double(d * q_out), 2 * lb * double(I * d), lb * double(d * I),
+                       hb * double(V * d)})
     copies_bytes = std::max(copies_bytes, r.weight_copies(bytes) * bytes);
   const double activations = 4.0 * double(grids.tokens.back()) * double(2 * d + qkv_out + q_out + 3 * I) * 3;
   // Up to two whole-model decoders live through the calibration: the
@@ -142,7 +148,7 @@ void check_memory(const CalibrationOptions& o, const CalibrationGrids& grids, co
         m.name, model_bytes / 1e9, physical / 1e9));
   if (physical > 0 && peak > 0.8 * physical)
     throw InputError(fmt::format(
-        "calibrating {} needs about {:.1f} GB (fp32 weight copies, {:.1f} GB of KV blocks; two decoders of {} "
+        "calibrating {} needs about {:.1f} GB (weight copies, {:.1f} GB of KV blocks; two decoders of {} "
         "layer(s)), more than 80% of this machine's {:.1f} GB; lower --max-context or "
         "--max-num-batched-tokens, or use a smaller model",
         m.name, peak / 1e9, kv_bytes / 1e9, m.num_hidden_layers, physical / 1e9));
@@ -153,6 +159,7 @@ void check_memory(const CalibrationOptions& o, const CalibrationGrids& grids, co
 DeviceProfile calibrate(const CalibrationOptions& options, std::function<void(const std::string&)> progress,
                         const CalibrationHooks& hooks) {
   const DeviceChoice device = parse_device(options.device);
+  const DecoderPrecision precision = options.precision.on(device);  // InputError for what the device lacks
   if (device.cuda) {
     calibration_grids(options);  // the options first, then the device
     require_device(device);      // InputError: no GPU, no CUDA backend, ...
@@ -187,7 +194,8 @@ DeviceProfile calibrate(const CalibrationOptions& options, std::function<void(co
   if (stream_capped) stream_bytes = kQuickStreamArrayCap;
   const int64_t gemm_n = options.gemm_ceiling_size > 0 ? options.gemm_ceiling_size : quick ? 1024 : 2048;
   const size_t local_llc = ceilings::local_last_level_cache_bytes();
-  const Rotation rotation(model, kRotationCacheMultiple * double(local_llc ? local_llc : kFallbackCacheBytes));
+  const Rotation rotation(model, kRotationCacheMultiple * double(local_llc ? local_llc : kFallbackCacheBytes),
+                          precision);
   const int32_t bs = options.block_size;
   const int64_t kv_blocks = kv_blocks_needed(grids, rotation, bs);
   const double kv_bytes = double(kv_blocks) * bs * rotation.kv_per_token_layer;
@@ -208,7 +216,8 @@ DeviceProfile calibrate(const CalibrationOptions& options, std::function<void(co
   p.device_kind = "cpu";
   p.device_description = fmt::format("{} ({} threads)", calibration::cpu_model_name(), threads);
   p.threads = threads;
-  p.dtype = "fp32";
+  p.dtype = precision.dtype;
+  p.quantization = precision.quantization;
   p.block_size = bs;
   p.model = model;
 
@@ -231,14 +240,15 @@ DeviceProfile calibrate(const CalibrationOptions& options, std::function<void(co
                     [&](double bytes) { return rotation.weight_copies(bytes); },
                     [&](int64_t q, int64_t c) { return rotation.prefill_copies(q, c); },
                     [&](int64_t b, int64_t context) { return rotation.decode_copies(b, context); },
-                    rotation.kv_per_token_layer};
+                    rotation.kv_per_token_layer,
+                    cpu_precision(precision)};
 
   measure_ceilings(ctx, stream_bytes, gemm_n);
   say(fmt::format("setting up: {:.0f} MiB of KV blocks; each weight matrix rotates through {:.0f} MiB of copies",
                   kv_bytes / double(kMiB), rotation.weight_rotation_bytes / double(kMiB)));
   int head_copies = 0;
   {
-    LayerKernels kernels(model, kv_blocks, bs, options.weights_seed);
+    LayerKernels kernels(model, kv_blocks, bs, options.weights_seed, ctx.storage);
     measure_projections(ctx, kernels);
     measure_elementwise(ctx, kernels);
     measure_prefill_attention(ctx, kernels);
@@ -308,10 +318,11 @@ DeviceProfile calibrate(const CalibrationOptions& options, std::function<void(co
       {"gemm_ceiling", fmt::format("cpu::matmul {}^3 fp32", gemm_n)},
       {"rotation_bytes", rotation.rotation_bytes},
       {"weight_rotation_bytes", rotation.weight_rotation_bytes},
-      {"weight_copies", {{"gemm_qkv", rotation.weight_copies(4.0 * double(qkv_out * d))},
-                         {"gemm_o", rotation.weight_copies(4.0 * double(d * q_out))},
-                         {"gemm_gate_up", rotation.weight_copies(8.0 * double(I * d))},
-                         {"gemm_down", rotation.weight_copies(4.0 * double(d * I))},
+      {"precision", cpu::to_string(ctx.storage)},
+      {"weight_copies", {{"gemm_qkv", rotation.weight_copies(rotation.linear_element * double(qkv_out * d))},
+                         {"gemm_o", rotation.weight_copies(rotation.linear_element * double(d * q_out))},
+                         {"gemm_gate_up", rotation.weight_copies(2 * rotation.linear_element * double(I * d))},
+                         {"gemm_down", rotation.weight_copies(rotation.linear_element * double(d * I))},
                          {"lm_head", head_copies}}},
       {"iteration_decoder_layers", model.num_hidden_layers},
       {"kv_blocks_allocated", kv_blocks},

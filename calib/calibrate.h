@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "sim/cost/profile.h"
+#include "kernels/decoder/decoder_precision.h"
 #include "kernels/decoder/sampler.h"
 #include "sim/model_spec.h"
 
@@ -63,6 +64,10 @@ struct CalibrationOptions {
   int32_t max_batched_tokens = 2048;     // largest token count M on the GEMM grid
   int64_t max_context = 0;               // largest context on the attention grids (0: model's max)
   uint64_t weights_seed = 0;             // random weights of the model's shape
+  // The weights' and KV cache's storage the kernels are timed with (cpu:
+  // fp32 or bf16, w8a16, an int8 KV cache; cuda: bf16 only). The profile
+  // records it, and a run or simulation of another precision is refused.
+  DecoderPrecision precision;
   std::string raw_benchmarks_path;       // raw timings as JSON ("" = not kept; cpu: Google Benchmark's)
 
   // Added with the implementation; the defaults suit every caller.

@@ -47,12 +47,14 @@ void add_benchmark(MicrobenchSession& session, const std::string& name, std::fun
   });
 }
 
-std::vector<Matrix> weight_copies(int copies, int64_t rows, int64_t cols, uint64_t seed) {
-  std::vector<Matrix> out;
+std::vector<cpu::WeightMatrix> weight_copies(int copies, int64_t rows, int64_t cols, uint64_t seed,
+                                             cpu::Storage storage) {
+  std::vector<cpu::WeightMatrix> out;
   const float scale = float(std::sqrt(3.0 / double(cols)));
+  Matrix values(rows, cols);
   for (int c = 0; c < copies; ++c) {
-    out.emplace_back(rows, cols);
-    fill_noise(out.back().data(), size_t(out.back().size()), seed + uint64_t(c) * 0x1000193ULL, scale);
+    fill_noise(values.data(), size_t(values.size()), seed + uint64_t(c) * 0x1000193ULL, scale);
+    out.emplace_back(values, storage);
   }
   return out;
 }
@@ -69,16 +71,22 @@ ModelSpec one_layer(ModelSpec m) {
 }
 }  // namespace
 
-LayerKernels::LayerKernels(const ModelSpec& model, int64_t kv_blocks, int32_t block_size, uint64_t seed)
-    : spec(one_layer(model)), be(spec), kv(be.make_kv_cache(kv_blocks, block_size)) {
+LayerKernels::LayerKernels(const ModelSpec& model, int64_t kv_blocks, int32_t block_size, uint64_t seed,
+                           const cpu::Precision& precision)
+    : spec(one_layer(model)), be(spec, precision), kv(be.make_kv_cache(kv_blocks, block_size)) {
   const int64_t d = model.hidden_size;
   norms.layers.resize(1);
   norms.layers[0].attn_norm = cpu::Vector::Ones(d) + 0.5f * cpu::Vector::Random(d);
   norms.layers[0].mlp_norm = cpu::Vector::Ones(d) + 0.5f * cpu::Vector::Random(d);
   norms.final_norm = cpu::Vector::Ones(d) + 0.5f * cpu::Vector::Random(d);
   // Keys and values of unit scale: softmax over real numbers, not a tie.
-  fill_noise(kv.k.data(), kv.k.size(), seed ^ 0x6b, 1.0f);
-  fill_noise(kv.v.data(), kv.v.size(), seed ^ 0x76, 1.0f);
+  // Row r holds elements r dh .. r dh + dh - 1 of one noise stream per tensor.
+  const int64_t dh = kv.head_dim;
+  kv.fill([seed, dh](size_t row, float* k, float* v) {
+    const uint64_t at = uint64_t(row) * uint64_t(dh) * 0x9E3779B97F4A7C15ULL;
+    fill_noise(k, size_t(dh), (seed ^ 0x6b) + at, 1.0f);
+    fill_noise(v, size_t(dh), (seed ^ 0x76) + at, 1.0f);
+  });
 }
 
 std::vector<LayoutCopy> make_layouts(int copies, int64_t sequences, int64_t cached, int64_t query,

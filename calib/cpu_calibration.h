@@ -33,8 +33,10 @@ void fill_noise(float* p, size_t n, uint64_t seed, float scale);
 cpu::Matrix noise(int64_t rows, int64_t cols, uint64_t seed);
 
 // `copies` weight matrices [rows, cols], uniform with variance 1 / cols (as
-// random_weights scales a projection), each in its own memory.
-std::vector<cpu::Matrix> weight_copies(int copies, int64_t rows, int64_t cols, uint64_t seed);
+// random_weights scales a projection), each in its own memory, stored as
+// `storage`.
+std::vector<cpu::WeightMatrix> weight_copies(int copies, int64_t rows, int64_t cols, uint64_t seed,
+                                             cpu::Storage storage);
 
 // The copies of a cell whose one copy touches `bytes`: enough to exceed
 // the rotation bytes, at most `cap`.
@@ -55,15 +57,16 @@ std::vector<LayoutCopy> make_layouts(int copies, int64_t sequences, int64_t cach
 int64_t layout_blocks(int copies, int64_t sequences, int64_t cached, int64_t query, int32_t block_size);
 
 // The backend of one layer of the model (heads, rotary, norms, attention)
-// with its RMSNorm weights and a KV cache that holds every attention cell's
-// copies. The projections and the LM head get their own weight copies,
-// family by family.
+// with its RMSNorm weights and a KV cache (stored as `precision` says) that
+// holds every attention cell's copies. The projections and the LM head get
+// their own weight copies, family by family.
 struct LayerKernels {
   ModelSpec spec;
   cpu::Backend be;
   cpu::Weights norms;  // layer 0's two RMSNorm vectors, the final norm
   cpu::KvCache kv;
-  LayerKernels(const ModelSpec& model, int64_t kv_blocks, int32_t block_size, uint64_t seed);
+  LayerKernels(const ModelSpec& model, int64_t kv_blocks, int32_t block_size, uint64_t seed,
+               const cpu::Precision& precision);
 };
 
 // One attention benchmark cell (one layer): `sequences` sequences of `query`
@@ -93,7 +96,8 @@ struct FamilyContext {
   // Copies of a prefill cell (q, c) and of a decode cell (b, context).
   std::function<int(int64_t q, int64_t c)> prefill_copies;
   std::function<int(int64_t b, int64_t context)> decode_copies;
-  double kv_bytes_per_token_layer = 0;  // fp32 K and V
+  double kv_bytes_per_token_layer = 0;  // K and V as stored
+  cpu::Precision storage;               // what the kernels are timed with
 };
 
 // Each fills its tables of ctx.profile.

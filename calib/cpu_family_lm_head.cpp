@@ -15,11 +15,12 @@ namespace servesim::cpu_calibration {
 int measure_lm_head(FamilyContext& ctx, LayerKernels& k) {
   const std::vector<int64_t>& rows = ctx.grids.lm_head_rows;
   const int64_t d = ctx.options.model.hidden_size, V = ctx.options.model.vocab_size;
-  const int head_copies = ctx.weight_copies_of(4.0 * double(V * d));
+  const cpu::Storage storage = ctx.storage.embedding;
+  const int head_copies = ctx.weight_copies_of(cpu::storage_bytes(storage) * double(V * d));
   ctx.announce("lm_head", fmt::format("{} row counts S = {} (final RMSNorm + [S, {}] x [{}, {}]; {} head copies)",
                                       rows.size(), calibration::axis_text(rows), d, d, V, head_copies));
   auto heads = std::make_shared<std::vector<cpu::Weights>>(size_t(head_copies));
-  std::vector<cpu::Matrix> matrices = weight_copies(head_copies, V, d, ctx.options.weights_seed + 707);
+  std::vector<cpu::WeightMatrix> matrices = weight_copies(head_copies, V, d, ctx.options.weights_seed + 707, storage);
   for (int c = 0; c < head_copies; ++c) {
     (*heads)[size_t(c)].lm_head = std::move(matrices[size_t(c)]);
     (*heads)[size_t(c)].final_norm = k.norms.final_norm;
@@ -38,7 +39,7 @@ int measure_lm_head(FamilyContext& ctx, LayerKernels& k) {
       };
     };
     add_benchmark(ctx.session, fmt::format("lm_head/S:{}", S), make, 2.0 * double(S * d * V),
-                  4.0 * double(V * d + S * (d + V)));
+                  cpu::storage_bytes(storage) * double(V * d) + 4.0 * double(S * (d + V)));
   }
   ctx.profile.lm_head = calibration::make_curve(rows, medians(ctx.session.run(), 0, rows.size()));
   return head_copies;

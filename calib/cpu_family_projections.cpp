@@ -27,15 +27,16 @@ void measure_projections(FamilyContext& ctx, LayerKernels& k) {
   Curve* curves[] = {&p.gemm_qkv, &p.gemm_o, &p.gemm_gate_up, &p.gemm_down};
   for (size_t pi = 0; pi < 4; ++pi) {
     const Projection& proj = projections[pi];
-    const int copies = ctx.weight_copies_of(4.0 * double(proj.K * proj.N));
+    const int copies = ctx.weight_copies_of(cpu::storage_bytes(ctx.storage.linear) * double(proj.K * proj.N));
     ctx.announce(proj.name, fmt::format("{} token counts M = {} ([M, {}] x [{}, {}]{}; {} weight copies)",
                                         tokens.size(), calibration::axis_text(tokens), proj.K, proj.K, proj.N,
                                         proj.accumulate ? ", accumulating" : "", copies));
     // The weight copies: one-layer Weights per copy for the backend's own
     // methods (qkv with its bias, o), plain matrices for the MLP's GEMMs.
     auto weights = std::make_shared<cpu::Weights>();
-    auto matrices = std::make_shared<std::vector<cpu::Matrix>>(
-        weight_copies(copies, proj.N, proj.K, ctx.options.weights_seed + 101 * (pi + 1)));
+    auto matrices = std::make_shared<std::vector<cpu::WeightMatrix>>(
+        weight_copies(copies, proj.N, proj.K, ctx.options.weights_seed + 101 * (pi + 1), ctx.storage.linear));
+    const double stored_bytes = matrices->front().bytes();  // one copy, scales included
     if (pi < 2) {
       weights->layers.resize(size_t(copies));
       for (int c = 0; c < copies; ++c) {
@@ -69,7 +70,7 @@ void measure_projections(FamilyContext& ctx, LayerKernels& k) {
         }
       };
       add_benchmark(ctx.session, fmt::format("{}/M:{}", proj.name, M), make, 2.0 * double(M * proj.K * proj.N),
-                    4.0 * double(proj.K * proj.N + M * (proj.K + proj.N)));
+                    stored_bytes + 4.0 * double(M * (proj.K + proj.N)));
     }
     *curves[pi] = calibration::make_curve(tokens, medians(ctx.session.run(), 0, tokens.size()));
   }

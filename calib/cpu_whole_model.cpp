@@ -54,9 +54,6 @@ int64_t step_blocks_of(const CalibrationOptions& o) {
                                           o.block_size);
 }
 
-double fp32_kv_bytes_per_token(const ModelSpec& m) {
-  return 2.0 * double(m.num_key_value_heads * m.head_dim) * 4.0 * double(m.num_hidden_layers);
-}
 
 }  // namespace
 
@@ -83,7 +80,7 @@ double WholeModelTimings::decoder_bytes(const CalibrationOptions& o) {
 }
 
 double WholeModelTimings::decode_steps_kv_bytes(const CalibrationOptions& o) {
-  return double(step_blocks_of(o)) * o.block_size * fp32_kv_bytes_per_token(o.model);
+  return double(step_blocks_of(o)) * o.block_size * decoder_kv_bytes_per_token(o.model, DeviceChoice{}, o.precision);
 }
 
 WholeModelTimings::WholeModelTimings(const CalibrationOptions& options, const CalibrationGrids& grids, int threads)
@@ -103,8 +100,7 @@ WholeModelTimings::WholeModelTimings(const CalibrationOptions& options, const Ca
                                 : calibration::prefill_blocks_with_lead(s.prefill_lengths.back(), bs,
                                                                         calibration::kPrefillLeadSteps, s.step_cached);
   const int64_t blocks = std::max({ceil_div(context_, bs), prefill_blocks, step_blocks_of(options)});
-  CpuDecoderOptions decoder_options;
-  decoder_options.threads = threads;
+  const CpuDecoderOptions decoder_options(threads, cpu_precision(options.precision.on(DeviceChoice{})));
   DecoderExecutorOptions executor_options;
   executor_options.sampling = options.sampling;
   s.decoder = std::make_unique<DecoderExecutor>(

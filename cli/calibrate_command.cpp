@@ -13,6 +13,7 @@
 #include "sim/cost/profile.h"
 #include "cli/commands.h"
 #include "cli/common_options.h"
+#include "cli/engine_options.h"
 #include "kernels/decoder/device_choice.h"
 #include "sim/cost/profile.h"
 #include "sim/errors.h"
@@ -53,9 +54,9 @@ void print_summary(const DeviceProfile& p, const std::string& out, const std::st
   auto row = [](const std::string& label, const std::string& value) {
     std::cout << fmt::format("    {:<40} {}\n", label, value);
   };
-  std::cout << fmt::format("servesim calibrate: {} on {}, {} grids, {} benchmarks in {:.1f} s\n", p.model.name,
-                           p.device_description, settings.value("mode", "?"), settings.value("benchmarks", 0),
-                           wall_s);
+  std::cout << fmt::format("servesim calibrate: {} ({}) on {}, {} grids, {} benchmarks in {:.1f} s\n", p.model.name,
+                           p.precision(), p.device_description, settings.value("mode", "?"),
+                           settings.value("benchmarks", 0), wall_s);
   const bool cuda = p.device_kind == "cuda";
   std::cout << "  ceilings\n";
   row(cuda ? "copy (device to device)" : "STREAM copy", fmt::format("{:10.1f} GB/s", p.stream_copy_bytes_per_s / 1e9));
@@ -118,6 +119,7 @@ int calibrate_command(int argc, const char* const* argv) {
       ("weights-seed", po::value<std::string>()->default_value("0"), "seed of the random weights")
       ("temperature", po::value<double>()->default_value(0.0, "0"), "sampling timed with this (0 = greedy)")
       ("top-p", po::value<double>()->default_value(1.0, "1"), "nucleus threshold of the sampling timed");
+  add_precision_options(general);  // the kernels timed: a profile holds one precision's tables
   po::options_description output("Output", kHelpWidth);
   output.add_options()
       ("out", po::value<std::string>(),
@@ -142,6 +144,7 @@ int calibrate_command(int argc, const char* const* argv) {
   if (out.empty() || std::filesystem::is_directory(out))
     throw InputError(fmt::format("--out '{}': give a file name for the profile, e.g. profile.json", out));
   o.model = resolve_model(vm["model"].as<std::string>());
+  o.precision = decoder_precision_from(vm).on(device);
   o.quick = vm.count("quick") > 0;
   o.threads = vm["threads"].as<int>();
   const bool host_drift = vm.count("host-drift") > 0;

@@ -51,16 +51,25 @@ void add_engine_options(po::options_description& general) {
        "readies the largest batch (activations, every GEMM bucket's kernel, every decode bucket's CUDA graph); "
        "0: none")
       ("kv-cache-memory", po::value<std::string>()->default_value("1GiB"),
-       "memory for the KV cache (fp32 on cpu, bf16 on cuda), which sets --num-gpu-blocks unless that is given")
+       "memory for the KV cache (in its --kv-cache-dtype: fp32 on cpu and bf16 on cuda by default), which sets "
+       "--num-gpu-blocks unless that is given")
       ("temperature", po::value<double>()->default_value(0.0, "0"), "0 = greedy")
       ("top-p", po::value<double>()->default_value(1.0, "1"), "nucleus sampling threshold")
       ("honor-eos", "stop a request at the model's eos_token_id (default: generate exactly "
-                    "its output length, as benchmark clients do)")
+                    "its output length, as benchmark clients do)");
+  add_precision_options(general);
+}
+
+void add_precision_options(po::options_description& general) {
+  general.add_options()
+      ("dtype", po::value<std::string>()->default_value("auto"),
+       "the weights' and activations' dtype: auto (float32 on cpu, bfloat16 on cuda), float32 (cpu), bfloat16; "
+       "the CPU computes in fp32 and stores bf16 weights and KV")
       ("quantization", po::value<std::string>()->default_value("none"),
-       "none only: the built-in decoders serve the checkpoint's dtype (fp32 on cpu, bf16 on cuda); "
-       "`servesim simulate --quantization` predicts the others")
+       "none, or w8a16 on cpu (int8 linear layers, a scale per output channel; the embedding and LM head stay "
+       "in --dtype); `servesim simulate --quantization` predicts fp8, int8 and w4a16 (docs/quantization.md)")
       ("kv-cache-dtype", po::value<std::string>()->default_value("auto"),
-       "auto only (as --quantization)");
+       "auto (the --dtype), or int8 on cpu (a scale per token and KV head)");
 }
 
 void add_speculative_engine_options(po::options_description& general) {
@@ -105,6 +114,14 @@ SpeculativeSetup speculative_setup_from(const po::variables_map& vm, const Engin
 
 }  // namespace
 
+DecoderPrecision decoder_precision_from(const po::variables_map& vm) {
+  DecoderPrecision p;
+  p.dtype = parse_decoder_dtype(vm["dtype"].as<std::string>());
+  p.quantization.weights = parse_weight_quantization(vm["quantization"].as<std::string>());
+  p.quantization.kv_cache = parse_kv_cache_dtype(vm["kv-cache-dtype"].as<std::string>());
+  return p;
+}
+
 WorkloadDefaults engine_workload_defaults() {
   return WorkloadDefaults{.rate = "2", .num_requests = 32, .prompt_len = "uniform:16:256",
                           .output_len = "uniform:16:128"};
@@ -119,14 +136,10 @@ EngineSetup engine_setup_from(const po::variables_map& vm) {
   } else {
     setup.model = resolve_model(vm["model"].as<std::string>());
   }
-  // Parsed (bad names are refused as in simulate), then refused unless the defaults.
-  const Quantization quantization{parse_weight_quantization(vm["quantization"].as<std::string>()),
-                                  parse_kv_cache_dtype(vm["kv-cache-dtype"].as<std::string>())};
-  if (!quantization.is_default())
-    throw InputError(fmt::format("--quantization {} --kv-cache-dtype {}: the built-in decoders serve the checkpoint's "
-                                 "dtype only (quantized kernels are not built yet); `servesim simulate` predicts "
-                                 "quantized serving with the roofline",
-                                 to_string(quantization.weights), to_string(quantization.kv_cache)));
+  // Checked against the device here, so that a flag the decoder cannot
+  // serve is named before anything is built.
+  setup.precision = decoder_precision_from(vm).on(parse_device(setup.device));
+  setup.model.quantization = setup.precision.quantization;
   setup.weights_seed = parse_seed(vm["weights-seed"].as<std::string>(), "--weights-seed");
   setup.threads = vm["threads"].as<int>();
   if (setup.threads < 0) throw InputError(fmt::format("--threads must be >= 0 (got {})", setup.threads));

@@ -14,8 +14,12 @@
 namespace servesim::cli {
 
 // Adds --device, --model, --weights, --weights-seed, --threads,
-// --kv-cache-memory, --temperature, --top-p and --honor-eos to `general`.
+// --kv-cache-memory, --temperature, --top-p, --honor-eos, --dtype,
+// --quantization and --kv-cache-dtype to `general`.
 void add_engine_options(po::options_description& general);
+
+// Adds --dtype, --quantization and --kv-cache-dtype (run, validate, calibrate).
+void add_precision_options(po::options_description& general);
 
 // Adds the draft of a speculative run to `general`: --draft-model,
 // --draft-weights, --draft-weights-seed, --self-draft-layers and
@@ -32,6 +36,10 @@ WorkloadDefaults engine_workload_defaults();
 // Bad values and inconsistent speculative settings throw InputError naming
 // the flag.
 EngineSetup engine_setup_from(const po::variables_map& vm);
+
+// --dtype, --quantization and --kv-cache-dtype as given (not yet checked
+// against a device: DecoderPrecision::on); InputError for a bad name.
+DecoderPrecision decoder_precision_from(const po::variables_map& vm);
 
 // "2GiB", "512MiB", "1.5GB", "1000000" (bytes); InputError naming `flag`.
 double parse_bytes(const std::string& text, const std::string& flag);

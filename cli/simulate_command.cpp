@@ -139,6 +139,10 @@ int simulate_command(int argc, const char* const* argv) {
   setup.model = use_profile && vm["model"].defaulted() ? profile->model
                                                        : resolve_model(vm["model"].as<std::string>());
   setup.model.quantization = quantization_from(vm);  // a self-draft shares the target's weights and dtypes
+  // With a profile, the quantization the profile was calibrated at unless the flags say otherwise (then
+  // build_cost_models refuses the mismatch).
+  if (use_profile && vm["quantization"].defaulted() && vm["kv-cache-dtype"].defaulted())
+    setup.model.quantization = profile->quantization;
   setup.hardware = resolve_hardware(vm["hardware"].as<std::string>());
   setup.workload = workload_from(vm);
   setup.scheduler = scheduler_from(vm);
@@ -174,6 +178,12 @@ int simulate_command(int argc, const char* const* argv) {
 
   bool hardware_sizes_kv = !setup.scheduler.num_gpu_blocks;
   std::optional<double> cpu_kv_bytes;
+  // How a CPU profile's decoder stored its KV cache (fp32 unless calibrated otherwise).
+  DecoderPrecision profile_precision;
+  if (use_profile && profile->device_kind == "cpu") {
+    profile_precision.dtype = profile->dtype == "bf16" ? "bf16" : "fp32";
+    profile_precision.quantization = profile->quantization;
+  }
   if (use_profile) {
     // Attention was timed with the profile's KV block size.
     if (given(vm, "block-size") && setup.scheduler.block_size != profile->block_size)
@@ -195,11 +205,11 @@ int simulate_command(int argc, const char* const* argv) {
   if (use_profile && !setup.scheduler.num_gpu_blocks && profile->device_kind == "cpu" && vm["hardware"].defaulted()) {
     if (given(vm, "gpu-memory-utilization"))
       throw InputError("--gpu-memory-utilization does not apply: with a cpu --profile the KV cache is 1 GiB "
-                       "of fp32 unless --hardware or --num-gpu-blocks is given");
+                       "in the profile's KV dtype unless --hardware or --num-gpu-blocks is given");
     const double bytes = EngineSetup{}.kv_cache_bytes;  // `servesim run`'s default
     // The draft's fp32 KV shares the memory, block for block (as in `run`).
     setup.scheduler.num_gpu_blocks = cpu_kv_blocks(setup.model, bytes, setup.scheduler.block_size,
-                                                   setup.draft ? &setup.draft->spec : nullptr);
+                                                   setup.draft ? &setup.draft->spec : nullptr, profile_precision);
     cpu_kv_bytes = bytes;
     hardware_sizes_kv = false;
   }
@@ -239,9 +249,12 @@ int simulate_command(int argc, const char* const* argv) {
     if (cpu_kv_bytes) {
       config["scheduler"]["kv_cache_bytes"] =
           double(out.scheduler.num_gpu_blocks) * out.scheduler.block_size *
-          (cpu_kv_bytes_per_token(setup.model) + (setup.draft ? cpu_kv_bytes_per_token(setup.draft->spec) : 0.0));
-      config["scheduler"]["kv_cache_rule"] = fmt::format("{:.0f} bytes of fp32 KV cache (cpu profile)",
-                                                         *cpu_kv_bytes);
+          (cpu_kv_bytes_per_token(setup.model, profile_precision) +
+           (setup.draft ? cpu_kv_bytes_per_token(setup.draft->spec, profile_precision) : 0.0));
+      config["scheduler"]["kv_cache_rule"] = fmt::format("{:.0f} bytes of {} KV cache (cpu profile)", *cpu_kv_bytes,
+                                                         profile_precision.quantization.kv_cache == KvCacheDtype::Int8
+                                                             ? "int8"
+                                                             : profile_precision.dtype);
     }
     device = fmt::format("{} (profile)", profile->device_description.empty() ? profile->device_kind
                                                                               : profile->device_description);

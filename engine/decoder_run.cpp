@@ -14,17 +14,20 @@
 
 namespace servesim {
 
-double cpu_kv_bytes_per_token(const ModelSpec& m) { return decoder_kv_bytes_per_token(m, DeviceChoice{}); }
+double cpu_kv_bytes_per_token(const ModelSpec& m, const DecoderPrecision& precision) {
+  return decoder_kv_bytes_per_token(m, DeviceChoice{}, precision);
+}
 
-int64_t cpu_kv_blocks(const ModelSpec& m, double bytes, int32_t block_size, const ModelSpec* draft) {
-  return decoder_kv_blocks(m, DeviceChoice{}, bytes, block_size, draft);
+int64_t cpu_kv_blocks(const ModelSpec& m, double bytes, int32_t block_size, const ModelSpec* draft,
+                      const DecoderPrecision& precision) {
+  return decoder_kv_blocks(m, DeviceChoice{}, bytes, block_size, draft, precision);
 }
 
 int64_t decoder_kv_blocks(const ModelSpec& m, const DeviceChoice& device, double bytes, int32_t block_size,
-                          const ModelSpec* draft) {
+                          const ModelSpec* draft, const DecoderPrecision& precision) {
   if (block_size < 1) throw InputError(fmt::format("--block-size must be >= 1 (got {})", block_size));
-  const double per_token =
-      decoder_kv_bytes_per_token(m, device) + (draft ? decoder_kv_bytes_per_token(*draft, device) : 0.0);
+  const double per_token = decoder_kv_bytes_per_token(m, device, precision) +
+                           (draft ? decoder_kv_bytes_per_token(*draft, device, precision) : 0.0);
   const double blocks = std::floor(bytes / (per_token * block_size));
   if (!(blocks >= 1))
     throw InputError(fmt::format("--kv-cache-memory {:.0f} bytes holds no {}-token block of {}{} ({:.0f} bytes each)",
@@ -35,7 +38,8 @@ int64_t decoder_kv_blocks(const ModelSpec& m, const DeviceChoice& device, double
 
 namespace {
 
-// Refuses models that would not fit this machine's memory in fp32.
+// Refuses models that would not fit this machine's memory. The weights are
+// counted in fp32: the host copy is fp32 while the decoder converts it.
 void check_fits_in_memory(const std::string& what, double weight_bytes, double kv_bytes) {
   const double physical = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
   if (physical > 0 && weight_bytes + kv_bytes > 0.8 * physical)
@@ -91,8 +95,10 @@ WeightsSource draft_weights(const SpeculativeSetup& s, const ModelSpec& draft, c
 }
 
 std::unique_ptr<DecoderModel> make_decoder(WeightsSource&& w, const DeviceChoice& device, int64_t blocks,
-                                           int32_t block_size, int threads) {
-  if (!device.cuda) return make_cpu_decoder(std::move(*w.host), blocks, block_size, CpuDecoderOptions{threads});
+                                           int32_t block_size, int threads, const DecoderPrecision& precision) {
+  if (!device.cuda)
+    return make_cpu_decoder(std::move(*w.host), blocks, block_size,
+                            CpuDecoderOptions{threads, cpu_precision(precision.on(device))});
   CudaDecoderOptions cuda;
   cuda.device = device.index;
   if (w.host) return make_cuda_decoder(std::move(*w.host), blocks, block_size, cuda);
@@ -108,7 +114,7 @@ SchedulerConfig engine_scheduler_config(const EngineSetup& setup) {
   const DeviceChoice device = parse_device(setup.device);
   if (!settings.num_gpu_blocks)
     settings.num_gpu_blocks = decoder_kv_blocks(setup.model, device, setup.kv_cache_bytes, settings.block_size,
-                                                draft ? &*draft : nullptr);
+                                                draft ? &*draft : nullptr, setup.precision);
   // The hardware figures only size the KV cache, which is set above.
   HardwareSpec host{device.kind(), "this machine", 1, 1, 1, ""};
   return resolve_scheduler_config(settings, setup.model, host);
@@ -118,6 +124,7 @@ EngineOutput run_engine(const EngineSetup& setup, const Workload& workload, cons
   const DeviceChoice device = parse_device(setup.device);
   require_device(device);
   setup.model.validate(setup.model.name);
+  setup.precision.on(device);  // refuses what the device's decoder does not build
 
   EngineOutput out;
   out.scheduler = engine_scheduler_config(setup);
@@ -127,7 +134,8 @@ EngineOutput run_engine(const EngineSetup& setup, const Workload& workload, cons
     check_fits_in_memory(
         draft_spec ? setup.model.name + " with draft " + draft_spec->name : setup.model.name,
         double(setup.model.parameter_count() + (draft_spec ? draft_spec->parameter_count() : 0)) * sizeof(float),
-        tokens * (cpu_kv_bytes_per_token(setup.model) + (draft_spec ? cpu_kv_bytes_per_token(*draft_spec) : 0.0)));
+        tokens * (cpu_kv_bytes_per_token(setup.model, setup.precision) +
+                  (draft_spec ? cpu_kv_bytes_per_token(*draft_spec, setup.precision) : 0.0)));
 
   WeightsSource weights = target_weights(setup, device);
   out.weights_source = weights.description();
@@ -135,7 +143,7 @@ EngineOutput run_engine(const EngineSetup& setup, const Workload& workload, cons
   if (draft_spec) draft_source = draft_weights(setup.speculative, *draft_spec, weights, device);
   if (options.extra_kv_blocks < 0) throw std::invalid_argument("run_engine: extra_kv_blocks must be >= 0");
   auto model = make_decoder(std::move(weights), device, out.scheduler.num_gpu_blocks + options.extra_kv_blocks,
-                            out.scheduler.block_size, setup.threads);
+                            out.scheduler.block_size, setup.threads, setup.precision);
   out.device = model->device();
   out.weight_bytes = model->weight_bytes();
   out.kv_cache_bytes = model->kv_cache_bytes();
@@ -157,7 +165,7 @@ EngineOutput run_engine(const EngineSetup& setup, const Workload& workload, cons
         "the first {} layers of {}", setup.speculative.self_draft_layers, out.weights_source);
     // Same blocks as the target: the draft's cache is addressed by its block ids.
     auto draft = make_decoder(std::move(*draft_source), device, out.scheduler.num_gpu_blocks,
-                              out.scheduler.block_size, setup.threads);
+                              out.scheduler.block_size, setup.threads, setup.precision);
     out.draft_warm_up = warm_up(*draft, warm_up_settings);
     out.draft_weight_bytes = draft->weight_bytes();
     out.draft_kv_cache_bytes = draft->kv_cache_bytes();
@@ -205,6 +213,9 @@ nlohmann::json engine_setup_to_json(const EngineSetup& setup, const EngineOutput
   j["device"] = {{"kind", device.kind()}, {"name", device.name()}, {"description", out.device}};
   if (!device.cuda) j["device"]["threads"] = setup.threads;
   j["weights"] = {{"source", out.weights_source}, {"bytes", out.weight_bytes}};
+  const DecoderPrecision precision = setup.precision.on(device);
+  j["precision"] = precision.quantization.to_json();
+  j["precision"]["dtype"] = precision.dtype;
   j["sampling"] = {{"temperature", setup.decoding.sampling.temperature},
                    {"top_p", setup.decoding.sampling.top_p},
                    {"honor_eos", setup.decoding.honor_eos}};

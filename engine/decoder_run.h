@@ -13,6 +13,7 @@
 #include "engine/serving_loop.h"
 #include "engine/warm_up.h"
 #include "kernels/decoder/decoder_executor.h"
+#include "kernels/decoder/decoder_precision.h"
 #include "kernels/decoder/device_choice.h"
 #include "kernels/decoder/speculative_setup.h"
 #include "sim/clock.h"
@@ -29,6 +30,9 @@ struct EngineSetup {
   std::optional<std::string> weights_dir;  // safetensors; random weights when unset
   uint64_t weights_seed = 0;
   int threads = 0;                     // CPU threads, 0 = every core
+  // How the decoder (and its draft) store weights and KV cache (--dtype,
+  // --quantization, --kv-cache-dtype); checked against the device by run_engine.
+  DecoderPrecision precision;
   DecoderExecutorOptions decoding;
   SchedulerSettings scheduler;         // num_gpu_blocks unset: from kv_cache_bytes
   // With scheduler.num_speculative_tokens > 0: the draft and the acceptance
@@ -56,16 +60,18 @@ struct EngineOutput {
   std::optional<SpeculativeStats> speculative;
 };
 
-// K and V of one token in every layer, as the CPU decoder stores them (fp32).
-double cpu_kv_bytes_per_token(const ModelSpec& model);
+// K and V of one token in every layer, as the CPU decoder stores them at
+// `precision` (fp32 by default).
+double cpu_kv_bytes_per_token(const ModelSpec& model, const DecoderPrecision& precision = {});
 
-// KV blocks that fit in `bytes` when the decoder stores K and V in fp32;
-// with a draft, blocks of both caches (a block id holds the same positions
-// in each).
-int64_t cpu_kv_blocks(const ModelSpec& model, double bytes, int32_t block_size, const ModelSpec* draft = nullptr);
+// KV blocks that fit in `bytes` when the CPU decoder stores K and V at
+// `precision`; with a draft, blocks of both caches (a block id holds the
+// same positions in each; the draft's cache at the same precision).
+int64_t cpu_kv_blocks(const ModelSpec& model, double bytes, int32_t block_size, const ModelSpec* draft = nullptr,
+                      const DecoderPrecision& precision = {});
 // The same for the decoder on `device` (bf16 K and V on CUDA).
 int64_t decoder_kv_blocks(const ModelSpec& model, const DeviceChoice& device, double bytes, int32_t block_size,
-                          const ModelSpec* draft = nullptr);
+                          const ModelSpec* draft = nullptr, const DecoderPrecision& precision = {});
 
 // The scheduler configuration run_engine() runs with: num_gpu_blocks from
 // kv_cache_bytes unless the settings give it. Throws InputError, also for

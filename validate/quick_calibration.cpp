@@ -12,6 +12,7 @@ CalibrationOptions quick_calibration_options(const EngineSetup& setup, const Wor
   CalibrationOptions o;
   o.device = setup.device;
   o.model = setup.model;
+  o.precision = setup.precision;  // the tables of the kernels the run serves with
   o.threads = setup.threads;
   o.quick = true;
   o.block_size = config.block_size;

@@ -67,6 +67,14 @@ std::vector<std::string> profile_warnings(const EngineSetup& setup, const Schedu
 // The profile models of the target and (speculating) its draft.
 CostModels validation_cost_models(const EngineSetup& setup, const DeviceProfile& profile,
                                   const std::string& profile_source, const DeviceProfile* draft_profile) {
+  // The tables hold one precision's kernels: a run at another is refused
+  // (the quantization by build_cost_models, through setup.model).
+  const DecoderPrecision run = setup.precision.on(parse_device(setup.device));
+  if (profile.dtype != run.dtype)
+    throw InputError(fmt::format("{} holds the tables of {} kernels, the run serves {}: calibrate with --dtype {} "
+                                 "(or run with the profile's)",
+                                 profile_source, profile.precision(), run.describe(),
+                                 run.dtype == "bf16" ? "bfloat16" : "float32"));
   CostModelSettings settings;
   settings.profile = profile;
   settings.profile_source = profile_source;

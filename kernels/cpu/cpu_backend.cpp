@@ -1,7 +1,5 @@
 #include "kernels/cpu/cpu_backend.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -15,39 +13,15 @@ namespace {
 using ConstMatrixMap = Eigen::Map<const Matrix>;
 using RowBlock = Eigen::Map<const Matrix, 0, Eigen::OuterStride<>>;
 
-// Asks Linux to back the whole 2 MiB pages inside [p, p + bytes) with
-// transparent huge pages when they are first touched. A decode step streams
-// every weight once; with 4 KiB pages it also takes a TLB miss every 4 KiB
-// (docs/performance.md). Advisory only: where THP is off or madvise fails,
-// the memory stays in ordinary pages.
-void advise_huge_pages(void* p, size_t bytes) {
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-  constexpr uintptr_t kHugePage = uintptr_t(2) << 20;
-  const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + kHugePage - 1) & ~(kHugePage - 1);
-  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes) & ~(kHugePage - 1);
-  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
-#else
-  (void)p;
-  (void)bytes;
-#endif
-}
-
-// An uninitialised weight matrix, advised into huge pages before any write.
-Matrix weight_matrix(int64_t rows, int64_t cols) {
-  Matrix m(rows, cols);
-  advise_huge_pages(m.data(), size_t(m.size()) * sizeof(float));
-  return m;
-}
-
 // Copies host tensor `v` ([rows, cols]) into dst's rows row0 .. row0 + rows - 1
-// and frees the host copy (to bound peak memory).
-void take_rows(Matrix& dst, int64_t row0, std::vector<float>& v, int64_t rows) {
-  dst.middleRows(row0, rows) = ConstMatrixMap(v.data(), rows, dst.cols());
+// (converting to dst's storage) and frees the host copy (to bound peak memory).
+void take_rows(WeightMatrix& dst, int64_t row0, std::vector<float>& v, int64_t rows) {
+  dst.set_rows(row0, v.data(), rows);
   std::vector<float>().swap(v);
 }
 
-Matrix to_matrix(std::vector<float>& v, int64_t rows, int64_t cols) {
-  Matrix m = weight_matrix(rows, cols);
+WeightMatrix to_weight(std::vector<float>& v, int64_t rows, int64_t cols, Storage storage) {
+  WeightMatrix m(rows, cols, storage);
   take_rows(m, 0, v, rows);
   return m;
 }
@@ -116,6 +90,50 @@ void matmul(const Matrix& in, const Matrix& w, Matrix& out, bool accumulate) {
   }
 }
 
+void matmul(const Matrix& in, const WeightMatrix& w, Matrix& out, bool accumulate) {
+  if (w.storage() == Storage::Fp32) return matmul(in, w.fp32(), out, accumulate);
+  const Eigen::Index T = in.rows(), N = w.rows(), K = w.cols();
+  if (!accumulate) out.resize(T, N);
+  // The chunks as for fp32 weights (above), handed out on demand.
+  const int threads = omp_get_max_threads();
+  Eigen::Index chunk = 64;
+  if (T >= 32) chunk = std::max<Eigen::Index>(64, ((N + threads - 1) / threads + 15) / 16 * 16);
+  const Eigen::Index chunks = (N + chunk - 1) / chunk;
+#pragma omp parallel
+  {
+    Matrix buffer;  // per thread: fp32 rows of the chunk in hand
+#pragma omp for schedule(dynamic)
+    for (Eigen::Index c = 0; c < chunks; ++c) {
+      const Eigen::Index n0 = c * chunk, nb = std::min(chunk, N - n0);
+      if (T == 1) {
+        // One token: a dot product straight from the stored row, which
+        // streams once and is never written out in fp32.
+        for (Eigen::Index n = n0; n < n0 + nb; ++n) {
+          const float dot = w.dot_row(in.data(), n);
+          out(0, n) = accumulate ? out(0, n) + dot : dot;
+        }
+      } else if (T < kSmallBatch) {
+        // A decode batch: each row converted once into L1, then dotted
+        // with every token.
+        buffer.resize(1, K);
+        for (Eigen::Index n = n0; n < n0 + nb; ++n) {
+          w.load_rows(n, 1, buffer.data());
+          for (Eigen::Index t = 0; t < T; ++t) {
+            const float dot = in.row(t).dot(buffer.row(0));
+            out(t, n) = accumulate ? out(t, n) + dot : dot;
+          }
+        }
+      } else {
+        // A prefill: the chunk converted once, then one GEMM.
+        buffer.resize(nb, K);
+        w.load_rows(n0, nb, buffer.data());
+        if (accumulate) out.middleCols(n0, nb).noalias() += in * buffer.transpose();
+        else out.middleCols(n0, nb).noalias() = in * buffer.transpose();
+      }
+    }
+  }
+}
+
 void swiglu(const Matrix& gate_up, Matrix& act) {
   const Eigen::Index T = gate_up.rows(), I = gate_up.cols() / 2;
   act.resize(T, I);
@@ -127,7 +145,15 @@ void swiglu(const Matrix& gate_up, Matrix& act) {
   }
 }
 
-Backend::Backend(const ModelSpec& spec) : spec_(spec) {
+double Weights::bytes() const {
+  double n = embedding.bytes() + lm_head.bytes() + double(final_norm.size()) * sizeof(float);
+  for (const LayerWeights& L : layers)
+    n += L.w_qkv.bytes() + L.w_o.bytes() + L.w_gate_up.bytes() + L.w_down.bytes() +
+         double(L.attn_norm.size() + L.b_qkv.size() + L.mlp_norm.size()) * sizeof(float);
+  return n;
+}
+
+Backend::Backend(const ModelSpec& spec, const Precision& precision) : spec_(spec), precision_(precision) {
   const int64_t half = spec_.head_dim / 2;
   inv_freq_.resize(size_t(half));
   for (int64_t i = 0; i < half; ++i)
@@ -138,16 +164,17 @@ Weights Backend::upload(HostWeights&& host) const {
   const ModelSpec& m = spec_;
   const int64_t d = m.hidden_size, I = m.intermediate_size, V = m.vocab_size;
   const int64_t q_out = m.num_attention_heads * m.head_dim, kv_out = m.num_key_value_heads * m.head_dim;
+  const Storage linear = precision_.linear, head = precision_.embedding;
   Weights w;
-  w.embedding = to_matrix(host.embedding, V, d);
+  w.embedding = to_weight(host.embedding, V, d, head);
   w.final_norm = to_vector(host.final_norm);
-  if (!m.tie_word_embeddings) w.lm_head = to_matrix(host.lm_head, V, d);
+  if (!m.tie_word_embeddings) w.lm_head = to_weight(host.lm_head, V, d, head);
   w.layers.resize(host.layers.size());
   for (size_t l = 0; l < host.layers.size(); ++l) {
     HostLayerWeights& H = host.layers[l];
     LayerWeights& L = w.layers[l];
     L.attn_norm = to_vector(H.attn_norm);
-    L.w_qkv = weight_matrix(q_out + 2 * kv_out, d);
+    L.w_qkv = WeightMatrix(q_out + 2 * kv_out, d, linear);
     take_rows(L.w_qkv, 0, H.wq, q_out);
     take_rows(L.w_qkv, q_out, H.wk, kv_out);
     take_rows(L.w_qkv, q_out + kv_out, H.wv, kv_out);
@@ -155,33 +182,19 @@ Weights Backend::upload(HostWeights&& host) const {
       L.b_qkv.resize(q_out + 2 * kv_out);
       L.b_qkv << to_vector(H.bq), to_vector(H.bk), to_vector(H.bv);
     }
-    L.w_o = to_matrix(H.wo, d, q_out);
+    L.w_o = to_weight(H.wo, d, q_out, linear);
     L.mlp_norm = to_vector(H.mlp_norm);
-    L.w_gate_up = weight_matrix(2 * I, d);
+    L.w_gate_up = WeightMatrix(2 * I, d, linear);
     take_rows(L.w_gate_up, 0, H.w_gate, I);
     take_rows(L.w_gate_up, I, H.w_up, I);
-    L.w_down = to_matrix(H.w_down, d, I);
+    L.w_down = to_weight(H.w_down, d, I, linear);
   }
   return w;
 }
 
 KvCache Backend::make_kv_cache(int64_t num_blocks, int32_t block_size) const {
-  KvCache kv;
-  kv.num_blocks = num_blocks;
-  kv.block_size = block_size;
-  kv.kv_heads = spec_.num_key_value_heads;
-  kv.head_dim = spec_.head_dim;
-  kv.layers = spec_.num_hidden_layers;
-  const size_t n = size_t(kv.layers * num_blocks * kv.kv_heads * block_size * kv.head_dim);
-  // Huge pages, advised before the first write (reserve allocates without
-  // touching): a decode reads each sequence's blocks wherever the block
-  // manager put them, one 4 KiB page per block and head with ordinary pages.
-  for (std::vector<float>* t : {&kv.k, &kv.v}) {
-    t->reserve(n);
-    advise_huge_pages(t->data(), n * sizeof(float));
-    t->assign(n, 0.0f);
-  }
-  return kv;
+  return KvCache(spec_.num_hidden_layers, num_blocks, block_size, spec_.num_key_value_heads, spec_.head_dim,
+                 precision_.kv);
 }
 
 void Backend::prepare(Scratch& s, const BatchLayout& layout) const {
@@ -201,7 +214,7 @@ void Backend::prepare(Scratch& s, const BatchLayout& layout) const {
 void Backend::embed(const Weights& w, const BatchLayout& layout, Scratch& s) const {
   const int64_t T = layout.num_tokens();
   s.x.resize(T, spec_.hidden_size);
-  for (int64_t t = 0; t < T; ++t) s.x.row(t) = w.embedding.row(layout.tokens[size_t(t)]);
+  for (int64_t t = 0; t < T; ++t) w.embedding.load_rows(layout.tokens[size_t(t)], 1, s.x.row(t).data());
 }
 
 void Backend::rmsnorm_attention_input(const Weights& w, int layer, Scratch& s) const {
@@ -236,10 +249,7 @@ void Backend::rotary_and_cache_write(int layer, const BatchLayout& layout, KvCac
       // Store this token's K and V at its position in the paged cache.
       const int64_t pos = seq.num_cached + i;
       const int64_t block = seq.block_table[size_t(pos / bs)], slot = pos % bs;
-      for (int64_t g = 0; g < Hkv; ++g) {
-        std::copy_n(row + (H + g) * dh, dh, kv.k_block(layer, block, g) + slot * dh);
-        std::copy_n(row + (H + Hkv + g) * dh, dh, kv.v_block(layer, block, g) + slot * dh);
-      }
+      for (int64_t g = 0; g < Hkv; ++g) kv.write(layer, block, g, slot, row + (H + g) * dh, row + (H + Hkv + g) * dh);
     }
   }
 }
@@ -263,6 +273,8 @@ void Backend::attention(int layer, const BatchLayout& layout, KvCache& kv, Scrat
 #pragma omp parallel
   {
     Matrix q, keys, values, scores, out;  // per thread, reused across its tasks
+    Matrix block_k, block_v;               // per thread: one block in fp32 (a bf16 or int8 cache)
+    const bool in_place = kv.storage() == Storage::Fp32;
 #pragma omp for schedule(dynamic, 1)
     for (size_t k = 0; k < tasks.size(); ++k) {
       const Task& task = tasks[k];
@@ -287,14 +299,18 @@ void Backend::attention(int layer, const BatchLayout& layout, KvCache& kv, Scrat
         values.resize(ctx, dh);
         for (int64_t b = 0; b * bs < ctx; ++b) {
           const int64_t valid = std::min(bs, ctx - b * bs), block = seq.block_table[size_t(b)];
-          keys.middleRows(b * bs, valid) = ConstMatrixMap(kv.k_block(layer, block, task.kv_head), valid, dh);
-          values.middleRows(b * bs, valid) = ConstMatrixMap(kv.v_block(layer, block, task.kv_head), valid, dh);
+          kv.load_k(layer, block, task.kv_head, valid, keys.row(b * bs).data());
+          kv.load_v(layer, block, task.kv_head, valid, values.row(b * bs).data());
         }
         scores.noalias() = q * keys.transpose();
       } else {
         for (int64_t b = 0; b * bs < ctx; ++b) {
-          const int64_t valid = std::min(bs, ctx - b * bs);
-          ConstMatrixMap kb(kv.k_block(layer, seq.block_table[size_t(b)], task.kv_head), valid, dh);
+          const int64_t valid = std::min(bs, ctx - b * bs), block = seq.block_table[size_t(b)];
+          if (!in_place) {
+            block_k.resize(valid, dh);
+            kv.load_k(layer, block, task.kv_head, valid, block_k.data());
+          }
+          ConstMatrixMap kb(in_place ? kv.fp32_k(layer, block, task.kv_head) : block_k.data(), valid, dh);
           scores.middleCols(b * bs, valid).noalias() = q * kb.transpose();
         }
       }
@@ -313,8 +329,12 @@ void Backend::attention(int layer, const BatchLayout& layout, KvCache& kv, Scrat
       } else {
         out.setZero(rows, dh);
         for (int64_t b = 0; b * bs < ctx; ++b) {
-          const int64_t valid = std::min(bs, ctx - b * bs);
-          ConstMatrixMap vb(kv.v_block(layer, seq.block_table[size_t(b)], task.kv_head), valid, dh);
+          const int64_t valid = std::min(bs, ctx - b * bs), block = seq.block_table[size_t(b)];
+          if (!in_place) {
+            block_v.resize(valid, dh);
+            kv.load_v(layer, block, task.kv_head, valid, block_v.data());
+          }
+          ConstMatrixMap vb(in_place ? kv.fp32_v(layer, block, task.kv_head) : block_v.data(), valid, dh);
           out.noalias() += scores.middleCols(b * bs, valid) * vb;
         }
       }

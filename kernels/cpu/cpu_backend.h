@@ -1,6 +1,8 @@
-// The CPU backend: fp32 weights and activations in Eigen row-major matrices,
-// a paged fp32 KV cache, kernels parallelised with OpenMP (Eigen itself runs
-// single-threaded inside each thread's share).
+// The CPU backend: fp32 activations in Eigen row-major matrices, weights in
+// fp32, bf16 or int8 (WeightMatrix), a paged KV cache in fp32, bf16 or int8
+// (KvCache), kernels parallelised with OpenMP (Eigen itself runs
+// single-threaded inside each thread's share). Every kernel computes in
+// fp32: a stored bf16 or int8 value is converted as it is loaded.
 #pragma once
 
 #include <cstdint>
@@ -8,48 +10,33 @@
 
 #include <Eigen/Core>
 
+#include "kernels/cpu/kv_cache.h"
+#include "kernels/cpu/storage.h"
+#include "kernels/cpu/weight_matrix.h"
 #include "kernels/decoder/batch_layout.h"
 #include "kernels/decoder/host_weights.h"
 #include "sim/model_spec.h"
 
 namespace servesim::cpu {
 
-using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using Vector = Eigen::VectorXf;
-
 struct LayerWeights {
-  Vector attn_norm;  // [d]
-  Matrix w_qkv;      // [(H + 2 Hkv) dh, d]   q, k, v projections stacked
-  Vector b_qkv;      // [(H + 2 Hkv) dh]      empty without attention_bias
-  Matrix w_o;        // [d, H dh]
-  Vector mlp_norm;   // [d]
-  Matrix w_gate_up;  // [2 I, d]              gate rows then up rows
-  Matrix w_down;     // [d, I]
+  Vector attn_norm;        // [d]
+  WeightMatrix w_qkv;      // [(H + 2 Hkv) dh, d]   q, k, v projections stacked
+  Vector b_qkv;            // [(H + 2 Hkv) dh]      empty without attention_bias
+  WeightMatrix w_o;        // [d, H dh]
+  Vector mlp_norm;         // [d]
+  WeightMatrix w_gate_up;  // [2 I, d]              gate rows then up rows
+  WeightMatrix w_down;     // [d, I]
 };
 
 struct Weights {
-  Matrix embedding;  // [V, d]
+  WeightMatrix embedding;  // [V, d]
   std::vector<LayerWeights> layers;
-  Vector final_norm;  // [d]
-  Matrix lm_head;     // [V, d]; empty when tied to the embedding
-  const Matrix& head() const { return lm_head.size() ? lm_head : embedding; }
-};
-
-// K and V of every layer in fixed-size blocks. Layout per layer and tensor:
-// [num_blocks][Hkv][block_size][dh], so one head's block is a contiguous
-// [block_size, dh] row-major matrix.
-struct KvCache {
-  int64_t num_blocks = 0;
-  int32_t block_size = 0;
-  int64_t kv_heads = 0, head_dim = 0, layers = 0;
-  std::vector<float> k, v;
-
-  size_t offset(int64_t layer, int64_t block, int64_t head) const {
-    return size_t(((layer * num_blocks + block) * kv_heads + head) * block_size * head_dim);
-  }
-  float* k_block(int64_t layer, int64_t block, int64_t head) { return k.data() + offset(layer, block, head); }
-  float* v_block(int64_t layer, int64_t block, int64_t head) { return v.data() + offset(layer, block, head); }
-  double bytes() const { return double(k.size() + v.size()) * sizeof(float); }
+  Vector final_norm;       // [d]
+  WeightMatrix lm_head;    // [V, d]; empty when tied to the embedding
+  const WeightMatrix& head() const { return lm_head.empty() ? embedding : lm_head; }
+  // Bytes as stored (scales included).
+  double bytes() const;
 };
 
 // Activations of one forward pass, reused across passes.
@@ -71,7 +58,7 @@ class Backend {
   using KvCache = cpu::KvCache;
   using Scratch = cpu::Scratch;
 
-  explicit Backend(const ModelSpec& spec);
+  explicit Backend(const ModelSpec& spec, const Precision& precision = {});
 
   // Converts host weights (consumed, to bound peak memory) to this backend's.
   Weights upload(HostWeights&& host) const;
@@ -79,6 +66,7 @@ class Backend {
 
   int num_layers() const { return int(spec_.num_hidden_layers); }
   const ModelSpec& spec() const { return spec_; }
+  const Precision& precision() const { return precision_; }
 
   void prepare(Scratch& s, const BatchLayout& layout) const;
   void embed(const Weights& w, const BatchLayout& layout, Scratch& s) const;
@@ -93,6 +81,7 @@ class Backend {
 
  private:
   ModelSpec spec_;
+  Precision precision_;
   std::vector<double> inv_freq_;  // [dh / 2] rope_theta^(-2i/dh)
 };
 
@@ -100,8 +89,11 @@ class Backend {
 // out[t] = in[t] / sqrt(mean(in[t]^2) + eps) * weight        (per row)
 void rmsnorm(const Matrix& in, const Vector& weight, float eps, Matrix& out);
 // out = in W^T (accumulate: out += in W^T); W is [N, K] row-major, in [T, K].
-// Threads split the N output columns.
+// Threads split the N output columns. A bf16 or int8 W is converted to
+// fp32 row by row as the product reads it (a decode batch) or chunk by
+// chunk into a per-thread buffer (a prefill).
 void matmul(const Matrix& in, const Matrix& w, Matrix& out, bool accumulate);
+void matmul(const Matrix& in, const WeightMatrix& w, Matrix& out, bool accumulate);
 // act[t, i] = silu(gu[t, i]) * gu[t, I + i]
 void swiglu(const Matrix& gate_up, Matrix& act);
 

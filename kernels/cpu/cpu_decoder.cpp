@@ -15,21 +15,19 @@ namespace {
 
 class CpuDecoder final : public DecoderModel {
  public:
-  CpuDecoder(HostWeights&& weights, int64_t num_blocks, int32_t block_size, int threads)
-      : backend_(weights.spec),
+  CpuDecoder(HostWeights&& weights, int64_t num_blocks, int32_t block_size, int threads,
+             const cpu::Precision& precision)
+      : backend_(weights.spec, precision),
         weights_(backend_.upload(std::move(weights))),
         kv_(backend_.make_kv_cache(num_blocks, block_size)),
         threads_(threads) {}
 
   const ModelSpec& spec() const override { return backend_.spec(); }
-  std::string device() const override { return fmt::format("cpu ({} threads)", threads_); }
-  double weight_bytes() const override {
-    double n = double(weights_.embedding.size() + weights_.final_norm.size() + weights_.lm_head.size());
-    for (const auto& L : weights_.layers)
-      n += double(L.attn_norm.size() + L.w_qkv.size() + L.b_qkv.size() + L.w_o.size() +
-                  L.mlp_norm.size() + L.w_gate_up.size() + L.w_down.size());
-    return n * sizeof(float);
+  std::string device() const override {
+    if (backend_.precision() == cpu::Precision{}) return fmt::format("cpu ({} threads)", threads_);
+    return fmt::format("cpu ({} threads; {})", threads_, cpu::to_string(backend_.precision()));
   }
+  double weight_bytes() const override { return weights_.bytes(); }
   double kv_cache_bytes() const override { return kv_.bytes(); }
   int64_t kv_num_blocks() const override { return kv_.num_blocks; }
   int32_t kv_block_size() const override { return kv_.block_size; }
@@ -49,10 +47,12 @@ class CpuDecoder final : public DecoderModel {
         k.size() != size_t(kv_.kv_heads * dh) || v.size() != k.size())
       throw std::logic_error("CpuDecoder::read_kv: layer, position or buffer size out of range");
     const int64_t block = block_table[size_t(position / bs)], slot = position % bs;
+    std::vector<float> rows(size_t((slot + 1) * dh));  // the block's rows up to the slot, in fp32
     for (int64_t g = 0; g < kv_.kv_heads; ++g) {
-      const size_t at = kv_.offset(layer, block, g) + size_t(slot * dh);
-      std::copy_n(kv_.k.data() + at, dh, k.data() + g * dh);
-      std::copy_n(kv_.v.data() + at, dh, v.data() + g * dh);
+      kv_.load_k(layer, block, g, slot + 1, rows.data());
+      std::copy_n(rows.data() + slot * dh, dh, k.data() + g * dh);
+      kv_.load_v(layer, block, g, slot + 1, rows.data());
+      std::copy_n(rows.data() + slot * dh, dh, v.data() + g * dh);
     }
   }
 
@@ -70,7 +70,7 @@ class CpuDecoder final : public DecoderModel {
 std::unique_ptr<DecoderModel> make_cpu_decoder(HostWeights&& weights, int64_t num_blocks,
                                                int32_t block_size, const CpuDecoderOptions& options) {
   const int threads = options.threads > 0 ? options.threads : omp_get_num_procs();
-  return std::make_unique<CpuDecoder>(std::move(weights), num_blocks, block_size, threads);
+  return std::make_unique<CpuDecoder>(std::move(weights), num_blocks, block_size, threads, options.precision);
 }
 
 }  // namespace servesim

@@ -20,6 +20,7 @@
 #include "kernels/cuda/cuda_stream.h"
 #include "kernels/cuda/pinned_buffer.h"
 #include "kernels/decoder/decoder_model.h"
+#include "kernels/decoder/decoder_precision.h"
 #include "kernels/decoder/device_choice.h"
 #include "kernels/decoder/forward.h"
 #include "sim/errors.h"

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/storage.h"
 #include "kernels/decoder/batch_layout.h"
 #include "kernels/decoder/host_weights.h"
 #include "kernels/decoder/sampler.h"
@@ -56,7 +57,10 @@ class DecoderModel {
 };
 
 struct CpuDecoderOptions {
-  int threads = 0;  // 0: every core
+  CpuDecoderOptions(int threads_ = 0, const cpu::Precision& precision_ = {})
+      : threads(threads_), precision(precision_) {}
+  int threads = 0;           // 0: every core
+  cpu::Precision precision;  // fp32 throughout by default
 };
 
 // The CPU (Eigen) decoder. `num_blocks` x `block_size` tokens of KV cache.

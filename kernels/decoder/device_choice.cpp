@@ -5,7 +5,6 @@
 #include <fmt/format.h>
 
 #include "sim/errors.h"
-#include "sim/model_spec.h"
 
 namespace servesim {
 
@@ -22,11 +21,6 @@ DeviceChoice parse_device(const std::string& value) {
     if (error == std::errc() && end == last && first != last && index >= 0) return {true, index};
   }
   throw InputError(fmt::format("--device '{}': expected cpu, cuda or cuda:N (N a device ordinal)", value));
-}
-
-double decoder_kv_bytes_per_token(const ModelSpec& m, const DeviceChoice& device) {
-  const double element = device.cuda ? 2.0 : 4.0;  // bf16 on CUDA, fp32 on the CPU
-  return 2.0 * double(m.num_hidden_layers * m.num_key_value_heads * m.head_dim) * element;
 }
 
 void require_device(const DeviceChoice& device) {

@@ -17,11 +17,6 @@ struct DeviceChoice {
 // InputError naming --device for anything else.
 DeviceChoice parse_device(const std::string& value);
 
-// K and V of one token in every layer as the decoder on `device` stores
-// them: fp32 on the CPU, bf16 on CUDA.
-struct ModelSpec;
-double decoder_kv_bytes_per_token(const ModelSpec& model, const DeviceChoice& device);
-
 // "" when CUDA device `index` can run the decoder; otherwise why not (this
 // build has no CUDA backend, no GPU is visible, the index is out of range,
 // or the GPU is older than the build's architecture). Defined by the CUDA

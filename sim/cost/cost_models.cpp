@@ -25,11 +25,13 @@ CostModels build_cost_models(const CostModelSettings& settings, const ModelSpec&
     if (draft) out.draft = std::make_unique<RooflineModel>(draft->spec, hardware, settings.roofline);
     return out;
   }
-  if (!model.quantization.is_default())
-    throw InputError(fmt::format("{} was calibrated with {} weights and KV cache only: it has no tables for "
-                                 "--quantization {} --kv-cache-dtype {}; predict with the roofline (drop --profile) "
-                                 "or calibrate those dtypes",
-                                 settings.profile_source, settings.profile->dtype,
+  const Quantization& have = settings.profile->quantization;
+  if (model.quantization.weights != have.weights || model.quantization.kv_cache != have.kv_cache)
+    throw InputError(fmt::format("{} holds the tables of {} kernels only, not of --quantization {} --kv-cache-dtype "
+                                 "{}; calibrate that precision (`servesim calibrate --quantization {} "
+                                 "--kv-cache-dtype {}`) or predict with the roofline (drop --profile)",
+                                 settings.profile_source, settings.profile->precision(),
+                                 to_string(model.quantization.weights), to_string(model.quantization.kv_cache),
                                  to_string(model.quantization.weights), to_string(model.quantization.kv_cache)));
   out.from_profile = true;
   out.profile_source = settings.profile_source;

@@ -74,6 +74,7 @@ nlohmann::json DeviceProfile::to_json() const {
   j["format"] = kFormat;
   j["device"] = {{"kind", device_kind}, {"description", device_description}, {"threads", threads}};
   j["dtype"] = dtype;
+  if (!quantization.is_default()) j["quantization"] = quantization.to_json();
   j["block_size"] = block_size;
   j["model"] = model_to_json(model);
   j["model"]["rope_theta"] = model.rope_theta;
@@ -153,6 +154,15 @@ DeviceProfile DeviceProfile::from_json(const nlohmann::json& j, const std::strin
   p.device_description = field<std::string>(device, "description", source + ": device");
   p.threads = field<int>(device, "threads", source + ": device");
   p.dtype = field<std::string>(j, "dtype", source);
+  if (j.contains("quantization")) {
+    const auto q = field<nlohmann::json>(j, "quantization", source);
+    try {
+      p.quantization.weights = parse_weight_quantization(field<std::string>(q, "quantization", source + ": quantization"));
+      p.quantization.kv_cache = parse_kv_cache_dtype(field<std::string>(q, "kv_cache_dtype", source + ": quantization"));
+    } catch (const InputError& e) {
+      throw InputError(fmt::format("{}: quantization: {}", source, e.what()));
+    }
+  }
   p.block_size = field<int32_t>(j, "block_size", source);
   const auto m = field<nlohmann::json>(j, "model", source);
   const std::string mw = source + ": model";
@@ -222,6 +232,13 @@ void DeviceProfile::save(const std::string& path) const {
   if (!out) throw InputError(fmt::format("{}: cannot open for writing", path));
   out << to_json().dump(2) << "\n";
   if (!out) throw InputError(fmt::format("{}: write failed", path));
+}
+
+std::string DeviceProfile::precision() const {
+  std::string s = dtype;
+  if (quantization.weights != WeightQuantization::None) s += ", " + to_string(quantization.weights) + " weights";
+  if (quantization.kv_cache != KvCacheDtype::Auto) s += ", " + to_string(quantization.kv_cache) + " KV cache";
+  return s;
 }
 
 bool DeviceProfile::matches(const ModelSpec& m) const {

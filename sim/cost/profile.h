@@ -38,7 +38,11 @@ struct DeviceProfile {
   std::string device_kind;         // "cpu" | "cuda"
   std::string device_description;  // "AMD EPYC ... (2 threads)"
   int threads = 0;
-  std::string dtype = "fp32";      // what the kernels computed in
+  std::string dtype = "fp32";      // the weights' and KV cache's dtype: fp32 or bf16 (cpu), bf16 (cuda)
+  // How the timed kernels stored the linear layers and the KV cache
+  // (--quantization, --kv-cache-dtype; JSON "quantization", absent = none
+  // and auto): a profile holds the tables of one precision.
+  Quantization quantization;
   int32_t block_size = 16;         // KV block size the attention was timed with
   ModelSpec model;                 // the shape the kernels were timed for (name kept for humans)
 
@@ -100,6 +104,8 @@ struct DeviceProfile {
   // differing fields, naming the profile file.
   bool matches(const ModelSpec& m) const;
   void require_matches(const ModelSpec& m, const std::string& source) const;
+  // "bf16, w8a16 weights, int8 KV cache".
+  std::string precision() const;
 };
 
 }  // namespace servesim

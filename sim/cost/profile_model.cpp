@@ -192,7 +192,8 @@ std::pair<double, double> ProfileModel::roofline_parts(ProfileOp op, double x) c
   const double q_out = H * dh, kv_out = Hkv * dh;
   // {memory, compute} of [x, K] x [K, N].
   auto gemm = [&](double K, double N) {
-    return std::pair<double, double>{b * (K * N + x * K + x * N) / B, 2 * x * K * N / F};
+    const double weights = profile_.quantization.linear_bytes(K, N, int(b));  // b K N unquantized
+    return std::pair<double, double>{(weights + b * (x * K + x * N)) / B, 2 * x * K * N / F};
   };
   switch (op) {
     case ProfileOp::GemmQkv: return gemm(d, q_out + 2 * kv_out);

@@ -18,7 +18,9 @@
 //       R(x) = max(flops(x) / gemm_flops_per_s, bytes(x) / stream bandwidth),
 //     where stream bandwidth = max(stream copy, stream triad) and, with b the
 //     profile dtype's bytes per element and the operator's weight K x N,
-//       GEMMs [x, K] x [K, N]: flops 2 x K N, bytes b (K N + x K + x N)
+//       GEMMs [x, K] x [K, N]: flops 2 x K N, bytes W + b (x K + x N), W the
+//         weight's bytes as the profile's quantization stores them
+//         (Quantization::linear_bytes; b K N unquantized)
 //         qkv K = d, N = (H + 2 Hkv) dh;  o K = H dh, N = d;
 //         gate_up K = d, N = 2 I;          down K = I, N = d
 //       lm_head [x, d] x [d, V]:  flops 2 x d V, bytes b (d V + x d) + 4 x V

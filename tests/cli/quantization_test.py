@@ -1,11 +1,13 @@
 #!/usr/bin/python3
 """--quantization and --kv-cache-dtype in `servesim simulate`, `models` and
-`hardware`: what a run records, what the dtypes change, and the refusals.
+`hardware`, and --dtype with them in the CPU decoder (run, calibrate,
+validate): what a run records, what the dtypes change, and the refusals.
 
 Run one case:   quantization_test.py --servesim BIN --source-dir ROOT --work-dir DIR CASE
 List the cases: quantization_test.py --list
 """
 
+import json
 import os
 import sys
 
@@ -76,16 +78,76 @@ def quantization_errors(ctx):
     ctx.simulate("--hardware", path, "--quantization", "fp8", "--num-requests", "20", "--out", ctx.path("mine"))
 
 
+RUN = ["--model", "tiny-15m", "--num-requests", "6", "--rate", "20", "--prompt-len", "fixed:32",
+       "--output-len", "fixed:8", "--kv-cache-memory", "64MiB", "--warm-up-tokens", "0", "--quiet"]
+
+
+@case
+def quantization_cpu_decoder(ctx):
+    # The CPU decoder serves bf16, w8a16 and an int8 KV cache; run records them and sizes the KV cache by them.
+    fp32 = ctx.path("fp32")
+    ctx.ok("run", *RUN, "--out", fp32)
+    quant = ctx.path("quant")
+    ctx.ok("run", *RUN, "--dtype", "bfloat16", "--quantization", "w8a16", "--kv-cache-dtype", "int8", "--out", quant)
+    a, b = load_summary(fp32)["config"], load_summary(quant)["config"]
+    check(a["precision"] == {"dtype": "fp32", "quantization": "none", "kv_cache_dtype": "auto"},
+          f"fp32 precision: {a['precision']}")
+    check(b["precision"] == {"dtype": "bf16", "quantization": "w8a16", "kv_cache_dtype": "int8"},
+          f"quantized precision: {b['precision']}")
+    check("linear int8, embedding bf16, kv int8" in b["device"]["description"], f"device: {b['device']}")
+    # tiny-15m: int8 linear layers and a bf16 embedding are 1/4 and 1/2 of fp32's bytes (plus scales).
+    ratio = b["weights"]["bytes"] / a["weights"]["bytes"]
+    check(0.25 < ratio < 0.5, f"weight bytes {b['weights']['bytes']} / {a['weights']['bytes']} = {ratio}")
+    # The same memory holds 4 dh / (dh + 4) times the blocks in int8 (dh = 48: 3.69x).
+    blocks = b["scheduler"]["num_gpu_blocks"] / a["scheduler"]["num_gpu_blocks"]
+    check(abs(blocks - 4 * 48 / 52) < 0.01, f"KV blocks {b['scheduler']['num_gpu_blocks']} vs "
+                                            f"{a['scheduler']['num_gpu_blocks']}")
+    check(b["scheduler"]["kv_cache_bytes"] <= 64 * 2**20 < 1.01 * b["scheduler"]["kv_cache_bytes"],
+          f"kv_cache_bytes {b['scheduler']['kv_cache_bytes']}")
+
+
 @case
 def quantization_refused_by_the_decoders(ctx):
-    # The built-in decoders have no quantized kernels yet: run and validate refuse by name, before serving.
-    for command in ("run", "validate"):
-        expect_input_error(ctx, [command, "--model", "tiny-15m", "--quantization", "w8a16", "--out", ctx.path(command)],
-                           ["--quantization w8a16", "checkpoint's dtype only", "servesim simulate"])
-    expect_input_error(ctx, ["run", "--model", "tiny-15m", "--kv-cache-dtype", "int8", "--out", ctx.path("run")],
-                       ["--kv-cache-dtype int8"])
-    expect_input_error(ctx, ["run", "--model", "tiny-15m", "--quantization", "nf4", "--out", ctx.path("run")],
+    # What a decoder does not build is refused by name, before anything is served.
+    expect_input_error(ctx, ["run", *RUN, "--quantization", "fp8", "--out", ctx.path("run")],
+                       ["--quantization fp8", "CPU decoder builds none and w8a16", "servesim simulate"])
+    expect_input_error(ctx, ["run", *RUN, "--kv-cache-dtype", "fp8", "--out", ctx.path("run")],
+                       ["--kv-cache-dtype fp8_e4m3", "auto (the --dtype) and int8"])
+    expect_input_error(ctx, ["validate", *RUN, "--quantization", "w4a16", "--out", ctx.path("validate")],
+                       ["--quantization w4a16"])
+    expect_input_error(ctx, ["run", *RUN, "--device", "cuda", "--quantization", "w8a16", "--out", ctx.path("run")],
+                       ["CUDA decoder builds bf16"])
+    expect_input_error(ctx, ["run", *RUN, "--dtype", "float16", "--out", ctx.path("run")], ["--dtype 'float16'"])
+    expect_input_error(ctx, ["run", *RUN, "--quantization", "nf4", "--out", ctx.path("run")],
                        ["--quantization 'nf4'"])
+    expect_input_error(ctx, ["calibrate", "--model", "tiny-15m", "--quantization", "fp8", "--out",
+                             ctx.path("p.json")], ["--quantization fp8"])
+
+
+@case
+def quantization_profiles(ctx):
+    # A profile holds one precision's tables: it records it, simulate takes it, and another is refused.
+    profile = ctx.path("p.json")
+    ctx.ok("calibrate", "--quick", "--quiet", "--model", "tiny-15m", "--quantization", "w8a16", "--kv-cache-dtype",
+           "int8", "--out", profile)
+    with open(profile) as f:
+        p = json.load(f)
+    check(p["dtype"] == "fp32" and p["quantization"] == {"quantization": "w8a16", "kv_cache_dtype": "int8"},
+          f"profile precision: {p['dtype']} {p.get('quantization')}")
+    out = ctx.path("sim")
+    ctx.simulate("--profile", profile, "--num-requests", "10", "--out", out)
+    s = load_summary(out)
+    check(s["config"]["model"]["quantization"]["quantization"] == "w8a16", f"model: {s['config']['model']}")
+    check("int8 KV cache" in s["config"]["scheduler"]["kv_cache_rule"], f"scheduler: {s['config']['scheduler']}")
+    expect_input_error(ctx, ["simulate", "--profile", profile, "--quantization", "none", "--kv-cache-dtype", "auto",
+                             "--out", ctx.path("sim2")],
+                       [profile, "fp32, w8a16 weights, int8 KV cache", "calibrate that precision"])
+    # validate at another precision than the profile's: refused before serving.
+    expect_input_error(ctx, ["validate", *RUN, "--profile", profile, "--out", ctx.path("v1")],
+                       [profile, "--quantization none"])
+    expect_input_error(ctx, ["validate", *RUN, "--profile", profile, "--dtype", "bfloat16", "--quantization", "w8a16",
+                             "--kv-cache-dtype", "int8", "--out", ctx.path("v2")],
+                       [profile, "serves bf16, w8a16 weights, int8 KV cache", "--dtype bfloat16"])
 
 
 @case

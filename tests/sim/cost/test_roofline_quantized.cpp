@@ -218,7 +218,8 @@ TEST_CASE("Quantization refusals name what is wrong", "[quantization]") {
                     Catch::Contains("a100-80gb has no FP8 tensor cores"));
   CHECK_NOTHROW(RooflineModel(tiny(WeightQuantization::Int8), a100, RooflineOptions{}));
   CHECK_NOTHROW(RooflineModel(tiny(WeightQuantization::W4A16), a100, RooflineOptions{}));
-  // A profile has tables for its own dtype only.
+  // A profile has tables for its own precision only: fp32 here, then w8a16
+  // with an int8 KV cache (a JSON round trip keeps it).
   CostModelSettings settings;
   settings.profile = test::synthetic::synthetic_profile(test::synthetic::tiny_model());
   settings.profile_source = "p.json";
@@ -226,5 +227,19 @@ TEST_CASE("Quantization refusals name what is wrong", "[quantization]") {
   CHECK_NOTHROW(build_cost_models(settings, profiled, a100, nullptr));
   profiled.quantization.weights = WeightQuantization::W8A16;
   CHECK_THROWS_WITH(build_cost_models(settings, profiled, a100, nullptr),
-                    Catch::Contains("p.json was calibrated with") && Catch::Contains("--quantization w8a16"));
+                    Catch::Contains("p.json holds the tables of fp32 kernels only") &&
+                        Catch::Contains("--quantization w8a16"));
+  settings.profile->quantization = {WeightQuantization::W8A16, KvCacheDtype::Int8};
+  settings.profile = DeviceProfile::from_json(settings.profile->to_json(), "p.json");
+  CHECK(settings.profile->precision() == "fp32, w8a16 weights, int8 KV cache");
+  profiled.quantization.kv_cache = KvCacheDtype::Int8;
+  CHECK_NOTHROW(build_cost_models(settings, profiled, a100, nullptr));
+  profiled.quantization.kv_cache = KvCacheDtype::Auto;
+  CHECK_THROWS_WITH(build_cost_models(settings, profiled, a100, nullptr),
+                    Catch::Contains("fp32, w8a16 weights, int8 KV cache kernels only") &&
+                        Catch::Contains("--kv-cache-dtype auto"));
+  // A profile naming a precision no one builds is refused naming the file.
+  nlohmann::json j = settings.profile->to_json();
+  j["quantization"]["kv_cache_dtype"] = "int4";
+  CHECK_THROWS_WITH(DeviceProfile::from_json(j, "p.json"), Catch::Contains("p.json: quantization"));
 }
