@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "kernels/decoder/safetensors.h"
@@ -153,6 +154,56 @@ HostWeights self_draft_weights(const HostWeights& target, int32_t layers) {
   return draft;
 }
 
+namespace {
+
+// A linear layer's weight [N, K] in fp32. An F8_E4M3 weight is dequantized
+// with its `<module>.weight_scale` (as FP8 checkpoints from vLLM's and
+// Hugging Face's tools store them): one scale ([] or [1], per tensor) or
+// one per output row ([N] or [N, 1], per channel), in F32, BF16 or F16.
+// InputError naming the file and tensor for a missing or misshapen scale.
+std::vector<float> read_linear(const SafetensorsModel& file, const std::string& name,
+                               const std::vector<int64_t>& shape) {
+  std::vector<float> w = file.read_f32(name, shape);
+  if (file.info(name).dtype != SafetensorsDtype::F8_E4M3) return w;
+  const std::string scale_name = name.substr(0, name.size() - std::string("weight").size()) + "weight_scale";
+  if (!file.has(scale_name))
+    throw InputError(fmt::format("{}: tensor '{}' is F8_E4M3 but its scale '{}' is missing", file.file_of(name),
+                                 name, scale_name));
+  const TensorInfo& si = file.info(scale_name);
+  if (si.dtype == SafetensorsDtype::F8_E4M3)
+    throw InputError(fmt::format("{}: tensor '{}' must be F32, BF16 or F16 (got F8_E4M3)", file.file_of(scale_name),
+                                 scale_name));
+  const int64_t N = shape[0], K = shape[1];
+  const bool per_tensor = si.shape.empty() || si.shape == std::vector<int64_t>{1};
+  const bool per_channel = si.shape == std::vector<int64_t>{N} || si.shape == std::vector<int64_t>{N, 1};
+  if (!per_tensor && !per_channel)
+    throw InputError(fmt::format("{}: tensor '{}' has shape [{}]; expected [] or [1] (per tensor) or [{}] or "
+                                 "[{}, 1] (per output channel) for '{}' [{}, {}]",
+                                 file.file_of(scale_name), scale_name, fmt::join(si.shape, ", "), N, N, name, N, K));
+  const std::vector<float> scale = file.read_f32(scale_name, si.shape);
+  for (int64_t n = 0; n < N; ++n) {
+    const float s = scale[per_tensor ? 0 : size_t(n)];
+    if (!std::isfinite(s) || !(s > 0))
+      throw InputError(fmt::format("{}: tensor '{}' holds {} at row {}: scales must be finite and > 0",
+                                   file.file_of(scale_name), scale_name, s, per_tensor ? 0 : n));
+    for (int64_t k = 0; k < K; ++k) w[size_t(n * K + k)] *= s;
+  }
+  return w;
+}
+
+// Only linear layers may be stored in FP8: the embedding, norms, biases and
+// LM head of an FP8 checkpoint stay in its higher-precision dtype.
+std::vector<float> read_not_fp8(const SafetensorsModel& file, const std::string& name,
+                                const std::vector<int64_t>& shape) {
+  if (file.has(name) && file.info(name).dtype == SafetensorsDtype::F8_E4M3)
+    throw InputError(fmt::format("{}: tensor '{}' is F8_E4M3; only the linear layers' weights may be (with a "
+                                 "weight_scale)",
+                                 file.file_of(name), name));
+  return file.read_f32(name, shape);
+}
+
+}  // namespace
+
 HostWeights load_safetensors_weights(const ModelSpec& m, const std::string& dir) {
   check_decoder_supports(m);
   const SafetensorsModel file(dir);
@@ -162,14 +213,15 @@ HostWeights load_safetensors_weights(const ModelSpec& m, const std::string& dir)
   HostWeights w;
   w.spec = m;
   w.source = dir;
-  w.embedding = file.read_f32("model.embed_tokens.weight", {V, d});
-  w.final_norm = file.read_f32("model.norm.weight", {d});
-  if (!m.tie_word_embeddings) w.lm_head = file.read_f32("lm_head.weight", {V, d});
+  w.embedding = read_not_fp8(file, "model.embed_tokens.weight", {V, d});
+  w.final_norm = read_not_fp8(file, "model.norm.weight", {d});
+  if (!m.tie_word_embeddings) w.lm_head = read_not_fp8(file, "lm_head.weight", {V, d});
   w.layers.resize(size_t(m.num_hidden_layers));
   for (int64_t l = 0; l < m.num_hidden_layers; ++l) {
     HostLayerWeights& L = w.layers[size_t(l)];
     auto read = [&](const char* suffix, std::vector<int64_t> shape) {
-      return file.read_f32(layer_tensor_name(l, suffix), shape);
+      const std::string name = layer_tensor_name(l, suffix);
+      return shape.size() == 2 ? read_linear(file, name, shape) : read_not_fp8(file, name, shape);
     };
     L.attn_norm = read("input_layernorm.weight", {d});
     L.wq = read("self_attn.q_proj.weight", {q_out, d});

@@ -67,6 +67,9 @@ RandomWeightScales random_weight_scales(const ModelSpec& spec);
 // Hugging Face safetensors (model.safetensors or a sharded index) in `dir`,
 // checked against `spec` (normally read from the same folder's config.json).
 // InputError names the file and tensor of a missing or misshapen weight.
+// An FP8 checkpoint's F8_E4M3 linear weights are dequantized with their
+// weight_scale tensors (per tensor or per output channel) on load; the
+// decoder then stores them as --dtype / --quantization say.
 HostWeights load_safetensors_weights(const ModelSpec& spec, const std::string& dir);
 
 // Writes `weights` as model.safetensors + config.json into `dir` (for tests

@@ -15,6 +15,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "kernels/decoder/fp8_e4m3.h"
 #include "sim/errors.h"
 
 namespace servesim {
@@ -23,18 +24,21 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-constexpr const char* kSupportedDtypes = "F32, F16, BF16";
+constexpr const char* kSupportedDtypes = "F32, F16, BF16, F8_E4M3";
 
 const char* dtype_name(SafetensorsDtype d) {
   switch (d) {
     case SafetensorsDtype::F32: return "F32";
     case SafetensorsDtype::F16: return "F16";
     case SafetensorsDtype::BF16: return "BF16";
+    case SafetensorsDtype::F8_E4M3: return "F8_E4M3";
   }
   return "?";
 }
 
-uint64_t dtype_size(SafetensorsDtype d) { return d == SafetensorsDtype::F32 ? 4 : 2; }
+uint64_t dtype_size(SafetensorsDtype d) {
+  return d == SafetensorsDtype::F32 ? 4 : d == SafetensorsDtype::F8_E4M3 ? 1 : 2;
+}
 
 std::string shape_str(const std::vector<int64_t>& shape) {
   return fmt::format("[{}]", fmt::join(shape, ", "));
@@ -110,6 +114,7 @@ TensorInfo parse_tensor(const json& entry, const std::string& where, uint64_t da
   if (dts == "F32") t.dtype = SafetensorsDtype::F32;
   else if (dts == "F16") t.dtype = SafetensorsDtype::F16;
   else if (dts == "BF16") t.dtype = SafetensorsDtype::BF16;
+  else if (dts == "F8_E4M3") t.dtype = SafetensorsDtype::F8_E4M3;
   else
     throw InputError(fmt::format("{}: unsupported dtype '{}' (supported: {})", where, dts,
                                  kSupportedDtypes));
@@ -351,6 +356,9 @@ std::vector<float> SafetensorsFile::read_f32(const std::string& name,
       for (size_t i = 0; i < n; ++i, p += 2)
         out[i] = bf16_to_f32(static_cast<uint16_t>(p[0] | (p[1] << 8)));
       break;
+    case SafetensorsDtype::F8_E4M3:
+      for (size_t i = 0; i < n; ++i, ++p) out[i] = e4m3_to_f32(*p);
+      break;
   }
   return out;
 }
@@ -429,12 +437,23 @@ std::vector<float> SafetensorsModel::read_f32(const std::string& name,
   return shards_[it->second].read_f32(name, expected);
 }
 
+const TensorInfo& SafetensorsModel::info(const std::string& name) const {
+  const auto it = shard_of_.find(name);
+  if (it == shard_of_.end()) throw InputError(fmt::format("{}: missing tensor '{}'", source_, name));
+  return shards_[it->second].info(name);
+}
+
+const std::string& SafetensorsModel::file_of(const std::string& name) const {
+  const auto it = shard_of_.find(name);
+  if (it == shard_of_.end()) throw InputError(fmt::format("{}: missing tensor '{}'", source_, name));
+  return shards_[it->second].path();
+}
+
 // ---------------------------------------------------------------------------
 // Writing
 
 void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                        SafetensorsDtype dtype) {
-  const uint64_t esize = dtype_size(dtype);
   std::set<std::string> seen;
   std::string header = "{";
   uint64_t offset = 0;
@@ -460,9 +479,10 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
                                    "{} values were given",
                                    path, t.name, shape_str(t.shape), numel, t.values.size()));
     if (header.size() > 1) header += ',';
-    const uint64_t bytes = numel * esize;
+    const SafetensorsDtype type = t.dtype.value_or(dtype);
+    const uint64_t bytes = numel * dtype_size(type);
     header += fmt::format("{}:{{\"dtype\":\"{}\",\"shape\":[{}],\"data_offsets\":[{},{}]}}",
-                          json(t.name).dump(), dtype_name(dtype), fmt::join(t.shape, ","), offset,
+                          json(t.name).dump(), dtype_name(type), fmt::join(t.shape, ","), offset,
                           offset + bytes);
     offset += bytes;
   }
@@ -472,10 +492,11 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
   std::vector<uint8_t> data;
   data.reserve(static_cast<size_t>(offset));
   for (const auto& t : tensors)
-    for (float v : t.values) switch (dtype) {
+    for (float v : t.values) switch (t.dtype.value_or(dtype)) {
         case SafetensorsDtype::F32: put_le32(data, std::bit_cast<uint32_t>(v)); break;
         case SafetensorsDtype::F16: put_le16(data, f32_to_f16(v)); break;
         case SafetensorsDtype::BF16: put_le16(data, f32_to_bf16(v)); break;
+        case SafetensorsDtype::F8_E4M3: data.push_back(f32_to_e4m3(v)); break;
       }
 
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

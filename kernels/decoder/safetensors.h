@@ -8,12 +8,16 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace servesim {
 
-enum class SafetensorsDtype { F32, F16, BF16 };
+// F8_E4M3: FP8 e4m3 (kernels/decoder/fp8_e4m3.h), as FP8 checkpoints store
+// their linear layers beside fp32 `weight_scale` tensors.
+enum class SafetensorsDtype { F32, F16, BF16, F8_E4M3 };
 
 struct TensorInfo {
   SafetensorsDtype dtype = SafetensorsDtype::F32;
@@ -57,6 +61,9 @@ class SafetensorsModel {
   // InputError naming the file and tensor when it is missing or its shape
   // differs from `expected`.
   std::vector<float> read_f32(const std::string& name, const std::vector<int64_t>& expected) const;
+  // The tensor's header entry and the file holding it (InputError if missing).
+  const TensorInfo& info(const std::string& name) const;
+  const std::string& file_of(const std::string& name) const;
 
  private:
   std::string dir_;
@@ -68,9 +75,13 @@ class SafetensorsModel {
 // Writes tensors (given in fp32) to a .safetensors file in `dtype` (bf16 and
 // f16 round to nearest even). For tests, tools and the numpy oracle.
 struct TensorToWrite {
+  TensorToWrite(std::string name_, std::vector<int64_t> shape_, std::vector<float> values_,
+                std::optional<SafetensorsDtype> dtype_ = std::nullopt)
+      : name(std::move(name_)), shape(std::move(shape_)), values(std::move(values_)), dtype(dtype_) {}
   std::string name;
   std::vector<int64_t> shape;
   std::vector<float> values;
+  std::optional<SafetensorsDtype> dtype;  // this tensor's, when not the file's
 };
 void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                        SafetensorsDtype dtype);
