@@ -3,15 +3,12 @@
 // them, and the errors that name file and tensor for a bad one.
 #include <catch2/catch.hpp>
 
-#include <unistd.h>
-
 #include <cmath>
 #include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
 
-#include <fmt/format.h>
 
 #include "kernels/decoder/fp8_e4m3.h"
 #include "kernels/decoder/host_weights.h"
@@ -47,19 +44,6 @@ TEST_CASE("e4m3: every code decodes to its value and encodes back", "[fp8]") {
 }
 
 namespace {
-
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& tag)
-      : path(fs::temp_directory_path() / fmt::format("servesim_fp8_{}_{}", long(::getpid()), tag)) {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
 
 ModelSpec fp8_spec() { return test::small_model("test-fp8", 32, 64, 2, 4, 2, 8, 97, 256, "bfloat16"); }
 
@@ -115,8 +99,8 @@ TEST_CASE("an FP8 checkpoint loads: F8_E4M3 linear weights times their weight_sc
   const HostWeights w = random_weights(spec, 3);
   for (const bool per_tensor : {false, true}) {
     INFO((per_tensor ? "per-tensor scales" : "per-channel scales"));
-    TempDir dir(per_tensor ? "tensor" : "channel");
-    const HostWeights loaded = write_fp8_checkpoint(w, dir.path, per_tensor);
+    test::TempDir dir(per_tensor ? "fp8_tensor" : "fp8_channel");
+    const HostWeights loaded = write_fp8_checkpoint(w, dir.path(), per_tensor);
     // e4m3 keeps 4 significant bits: within 2^-4 relative of the value, or
     // half the smallest subnormal step (2^-10 of the scale) near zero.
     auto check = [&](const std::vector<float>& got, const std::vector<float>& want, int64_t N, const char* what) {
@@ -150,8 +134,8 @@ TEST_CASE("a bad FP8 checkpoint is refused naming the file and the tensor", "[fp
   const HostWeights w = random_weights(spec, 3);
   const std::string down = layer_tensor_name(0, "mlp.down_proj.weight"), scale = layer_tensor_name(0, "mlp.down_proj.weight_scale");
   auto error_with = [&](const char* tag, const std::function<void(std::vector<TensorToWrite>&)>& edit) {
-    TempDir dir(tag);
-    return input_error_of([&] { write_fp8_checkpoint(w, dir.path, false, edit); });
+    test::TempDir dir(std::string("fp8_") + tag);
+    return input_error_of([&] { write_fp8_checkpoint(w, dir.path(), false, edit); });
   };
   SECTION("a missing weight_scale") {
     const std::string msg = error_with("missing", [&](std::vector<TensorToWrite>& t) {
