@@ -46,6 +46,7 @@
 #include "kernels/decoder/decoder_model.h"
 #include "kernels/decoder/decoder_precision.h"
 #include "kernels/decoder/host_weights.h"
+#include "kernels/decoder/precision_agreement.h"
 #include "sim/model_spec.h"
 
 namespace {
@@ -325,44 +326,18 @@ BENCHMARK(BM_Prefill)->DenseRange(0, kNumPrecisions - 1)->Unit(benchmark::kMilli
 
 // ------------------------------------------------------------- accuracy ---
 
-struct Accuracy {
-  double max_rel_diff = 0;  // max over steps of max |logit - fp32 logit| / max |fp32 logit|
-  double greedy_agree = 0;  // share of steps whose greedy token is fp32's
-};
-
-// Both decoders are fed fp32's own greedy continuation (teacher forcing: one
-// disagreement does not derail the steps after it) of a 32-token prompt.
-Accuracy accuracy_against_fp32(const cpu::Precision& precision) {
+// The precision against fp32 on small-110m over kAccuracySteps greedy steps
+// of a 32-token prompt (kernels/decoder/precision_agreement.h).
+PrecisionAgreement accuracy_against_fp32(const cpu::Precision& precision) {
   const ModelSpec spec = resolve_model(kModel);
   const int32_t prompt = 32;
   const int64_t blocks = (prompt + kAccuracySteps) / kBlockSize + 2;
-  std::vector<int32_t> table(static_cast<size_t>(blocks));
-  for (int64_t b = 0; b < blocks; ++b) table[size_t(b)] = int32_t(b);
   auto fp32 = make_cpu_decoder(random_weights(spec, 7), blocks, kBlockSize, CpuDecoderOptions{});
   auto other = make_cpu_decoder(random_weights(spec, 7), blocks, kBlockSize, CpuDecoderOptions{0, precision});
   std::mt19937_64 rng(5);
   std::vector<int32_t> tokens(prompt);
   for (auto& t : tokens) t = int32_t(rng() % uint64_t(spec.vocab_size));
-  BatchLayout layout;
-  layout.add_sequence(tokens, 0, table, true);
-  Accuracy a;
-  int agree = 0;
-  for (int step = 0; step < kAccuracySteps; ++step) {
-    const std::vector<float> want = fp32->forward(layout), got = other->forward(layout);
-    double scale = 0, diff = 0;
-    for (size_t i = 0; i < want.size(); ++i) {
-      scale = std::max(scale, double(std::abs(want[i])));
-      diff = std::max(diff, std::abs(double(got[i]) - double(want[i])));
-    }
-    a.max_rel_diff = std::max(a.max_rel_diff, diff / scale);
-    const auto want_token = std::max_element(want.begin(), want.end()) - want.begin();
-    agree += want_token == std::max_element(got.begin(), got.end()) - got.begin();
-    tokens.push_back(int32_t(want_token));
-    layout.clear();
-    layout.add_sequence(std::span<const int32_t>(tokens).last(1), int32_t(tokens.size()) - 1, table, true);
-  }
-  a.greedy_agree = double(agree) / kAccuracySteps;
-  return a;
+  return precision_agreement(*fp32, *other, tokens, kAccuracySteps);
 }
 
 // --------------------------------------------------------------- summary ---
@@ -455,7 +430,7 @@ void print_summary(std::FILE* out, const SummaryReporter& r, double others_share
                  r.value(d, "MB/step"), r.value(d, "%STREAM"), ms > 0 ? decode_fp32 / ms : 0.0, tps,
                  prefill_fp32 > 0 ? tps / prefill_fp32 : 0.0);
     if (accuracy) {
-      const Accuracy a = accuracy_against_fp32(kPrecisions[p].storage);
+      const PrecisionAgreement a = accuracy_against_fp32(kPrecisions[p].storage);
       std::fprintf(out, " %12.5f %6.1f%%", a.max_rel_diff, 100 * a.greedy_agree);
     }
     std::fprintf(out, "\n");

@@ -12,6 +12,7 @@
 #include "kernels/decoder/decoder_model.h"
 #include "kernels/decoder/decoder_precision.h"
 #include "kernels/decoder/host_weights.h"
+#include "kernels/decoder/precision_agreement.h"
 #include "sim/errors.h"
 #include "sim/model_spec.h"
 #include "support/test_support.h"
@@ -160,42 +161,14 @@ std::vector<int32_t> random_tokens(int64_t vocab, int64_t n, uint64_t seed) {
   return t;
 }
 
-struct Agreement {
-  double max_rel_diff = 0;   // max |logit - fp32 logit| / max |fp32 logit| over steps
-  double greedy_agree = 0;   // fraction of steps whose argmax is the fp32 decoder's
-};
-
-// Feeds both decoders the fp32 decoder's own greedy continuation (teacher
-// forcing, so one disagreement does not derail the rest) of a 32-token
-// prompt for `steps` steps.
-Agreement agreement(const ModelSpec& spec, const cpu::Precision& precision, int steps) {
+// The 4-layer model at `precision` against itself in fp32 over `steps`
+// greedy steps of a 32-token prompt.
+PrecisionAgreement agreement(const ModelSpec& spec, const cpu::Precision& precision, int steps) {
   const int32_t bs = 16;
   const int64_t blocks = (32 + steps) / bs + 2;
-  std::vector<int32_t> table(static_cast<size_t>(blocks));
-  std::iota(table.begin(), table.end(), 0);
   auto ref = make_cpu_decoder(random_weights(spec, 5), blocks, bs, CpuDecoderOptions{1});
   auto got = make_cpu_decoder(random_weights(spec, 5), blocks, bs, CpuDecoderOptions{1, precision});
-  std::vector<int32_t> tokens = random_tokens(spec.vocab_size, 32, 17);
-  BatchLayout layout;
-  layout.add_sequence(tokens, 0, table, true);
-  Agreement a;
-  int agree = 0;
-  for (int step = 0; step < steps; ++step) {
-    const std::vector<float> want = ref->forward(layout), have = got->forward(layout);
-    double scale = 0, diff = 0;
-    for (size_t i = 0; i < want.size(); ++i) {
-      scale = std::max(scale, double(std::abs(want[i])));
-      diff = std::max(diff, std::abs(double(have[i]) - double(want[i])));
-    }
-    a.max_rel_diff = std::max(a.max_rel_diff, diff / scale);
-    const auto arg = [](const std::vector<float>& v) { return std::max_element(v.begin(), v.end()) - v.begin(); };
-    agree += arg(want) == arg(have);
-    tokens.push_back(int32_t(arg(want)));
-    layout.clear();
-    layout.add_sequence(std::span<const int32_t>(tokens).last(1), int32_t(tokens.size()) - 1, table, true);
-  }
-  a.greedy_agree = double(agree) / steps;
-  return a;
+  return precision_agreement(*ref, *got, random_tokens(spec.vocab_size, 32, 17), steps);
 }
 
 }  // namespace
@@ -220,7 +193,7 @@ TEST_CASE("decoder at bf16, w8a16 and an int8 KV cache stays close to fp32", "[d
   };
   const ModelSpec spec = accuracy_spec();
   for (const Case& c : cases) {
-    const Agreement a = agreement(spec, c.precision, 200);
+    const PrecisionAgreement a = agreement(spec, c.precision, 200);
     INFO(c.name << ": max |dlogit| / max |logit| " << a.max_rel_diff << ", greedy agreement " << a.greedy_agree);
     CHECK(a.max_rel_diff > 0);  // really quantized
     CHECK(a.max_rel_diff <= c.max_rel);
