@@ -48,6 +48,13 @@ nlohmann::json Quantization::to_json() const {
   return j;
 }
 
+std::string describe_precision(const std::string& dtype, const Quantization& q) {
+  std::string s = dtype;
+  if (q.weights != WeightQuantization::None) s += ", " + to_string(q.weights) + " weights";
+  if (q.kv_cache != KvCacheDtype::Auto) s += ", " + to_string(q.kv_cache) + " KV cache";
+  return s;
+}
+
 WeightQuantization parse_weight_quantization(const std::string& text) {
   const std::string t = lower(text);
   if (t == "none" || t.empty()) return WeightQuantization::None;

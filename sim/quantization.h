@@ -59,6 +59,9 @@ WeightQuantization parse_weight_quantization(const std::string& text);
 // auto, fp8 (= fp8_e4m3), fp8_e4m3, fp8_e5m2, int8; InputError naming
 // --kv-cache-dtype otherwise (an int4 KV cache included).
 KvCacheDtype parse_kv_cache_dtype(const std::string& text);
+// "bf16", "fp32, w8a16 weights, int8 KV cache": a dtype and the
+// quantization of a decoder or a profile.
+std::string describe_precision(const std::string& dtype, const Quantization& q);
 std::string to_string(WeightQuantization q);
 std::string to_string(KvCacheDtype d);
 

@@ -35,6 +35,16 @@ Vector to_vector(std::vector<float>& v) {
 // Below this many tokens matmul streams the weights with dot products.
 constexpr Eigen::Index kSmallBatch = 8;
 
+// Output columns per matmul work item for T tokens and N columns: 64 weight
+// rows for a decode batch (many small items balance the threads), one share
+// per thread (rounded to 16) for 32+ tokens, where each item re-packs the
+// [T, K] input (matmul says why).
+Eigen::Index column_chunk(Eigen::Index T, Eigen::Index N) {
+  if (T < 32) return 64;
+  const int threads = omp_get_max_threads();
+  return std::max<Eigen::Index>(64, ((N + threads - 1) / threads + 15) / 16 * 16);
+}
+
 // Queries per attention tile: bounds the score matrix at tile x context.
 constexpr int32_t kQueryTile = 128;
 // Attention tiles of at least this many rows (GQA group x queries) gather
@@ -65,10 +75,7 @@ void matmul(const Matrix& in, const Matrix& w, Matrix& out, bool accumulate) {
   // other thread then waits at the barrier; on demand, it takes over the
   // remaining chunks. The chunks are large (64 weight rows, 196 KB and up),
   // so handing them out is rare next to the work in each.
-  const int threads = omp_get_max_threads();
-  Eigen::Index chunk = 64;
-  if (T >= 32) chunk = std::max<Eigen::Index>(64, ((N + threads - 1) / threads + 15) / 16 * 16);
-  const Eigen::Index chunks = (N + chunk - 1) / chunk;
+  const Eigen::Index chunk = column_chunk(T, N), chunks = (N + chunk - 1) / chunk;
 #pragma omp parallel for schedule(dynamic)
   for (Eigen::Index c = 0; c < chunks; ++c) {
     const Eigen::Index n0 = c * chunk, nb = std::min(chunk, N - n0);
@@ -95,10 +102,7 @@ void matmul(const Matrix& in, const WeightMatrix& w, Matrix& out, bool accumulat
   const Eigen::Index T = in.rows(), N = w.rows(), K = w.cols();
   if (!accumulate) out.resize(T, N);
   // The chunks as for fp32 weights (above), handed out on demand.
-  const int threads = omp_get_max_threads();
-  Eigen::Index chunk = 64;
-  if (T >= 32) chunk = std::max<Eigen::Index>(64, ((N + threads - 1) / threads + 15) / 16 * 16);
-  const Eigen::Index chunks = (N + chunk - 1) / chunk;
+  const Eigen::Index chunk = column_chunk(T, N), chunks = (N + chunk - 1) / chunk;
 #pragma omp parallel
   {
     Matrix buffer;  // per thread: fp32 rows of the chunk in hand

@@ -46,17 +46,7 @@ DecoderPrecision DecoderPrecision::on(const DeviceChoice& device) const {
   return p;
 }
 
-std::string DecoderPrecision::describe() const {
-  std::string s = dtype;
-  if (quantization.weights != WeightQuantization::None) s += ", " + to_string(quantization.weights) + " weights";
-  if (quantization.kv_cache != KvCacheDtype::Auto) s += ", " + to_string(quantization.kv_cache) + " KV cache";
-  return s;
-}
-
-bool DecoderPrecision::operator==(const DecoderPrecision& o) const {
-  return dtype == o.dtype && quantization.weights == o.quantization.weights &&
-         quantization.kv_cache == o.quantization.kv_cache;
-}
+std::string DecoderPrecision::describe() const { return describe_precision(dtype, quantization); }
 
 cpu::Precision cpu_precision(const DecoderPrecision& p) {
   const cpu::Storage base = p.dtype == "bf16" ? cpu::Storage::Bf16 : cpu::Storage::Fp32;

@@ -26,10 +26,8 @@ struct DecoderPrecision {
   // This precision on `device`, dtype made concrete; InputError naming the
   // flags for what that device's decoder does not build.
   DecoderPrecision on(const DeviceChoice& device) const;
-  bool is_default() const { return (dtype == "auto" || dtype == "fp32") && quantization.is_default(); }
   // "bf16, w8a16 weights, int8 KV cache" (dtype concrete).
   std::string describe() const;
-  bool operator==(const DecoderPrecision&) const;
 };
 
 // --dtype: auto, float32 (float, fp32), bfloat16 (bf16); InputError naming

@@ -234,12 +234,7 @@ void DeviceProfile::save(const std::string& path) const {
   if (!out) throw InputError(fmt::format("{}: write failed", path));
 }
 
-std::string DeviceProfile::precision() const {
-  std::string s = dtype;
-  if (quantization.weights != WeightQuantization::None) s += ", " + to_string(quantization.weights) + " weights";
-  if (quantization.kv_cache != KvCacheDtype::Auto) s += ", " + to_string(quantization.kv_cache) + " KV cache";
-  return s;
-}
+std::string DeviceProfile::precision() const { return describe_precision(dtype, quantization); }
 
 bool DeviceProfile::matches(const ModelSpec& m) const {
   return m.hidden_size == model.hidden_size && m.intermediate_size == model.intermediate_size &&
