@@ -11,6 +11,7 @@
 
 #include "calib/calibrate.h"
 #include "sim/cost/profile.h"
+#include "sim/parallel_config.h"
 #include "cli/commands.h"
 #include "cli/common_options.h"
 #include "cli/engine_options.h"
@@ -119,6 +120,11 @@ int calibrate_command(int argc, const char* const* argv) {
       ("weights-seed", po::value<std::string>()->default_value("0"), "seed of the random weights")
       ("temperature", po::value<double>()->default_value(0.0, "0"), "sampling timed with this (0 = greedy)")
       ("top-p", po::value<double>()->default_value(1.0, "1"), "nucleus threshold of the sampling timed");
+  general.add_options()
+      ("tensor-parallel-size", po::value<int32_t>()->default_value(1),
+       "time the kernels of one rank of this TP degree (heads, KV heads, MLP width and vocabulary split, as "
+       "docs/parallelism.md says) on this one device; `simulate --profile` then adds the communication, "
+       "analytic: multi-GPU all-reduce is not measured here");
   add_precision_options(general);  // the kernels timed: a profile holds one precision's tables
   po::options_description output("Output", kHelpWidth);
   output.add_options()
@@ -143,7 +149,10 @@ int calibrate_command(int argc, const char* const* argv) {
   const std::string out = vm["out"].as<std::string>();
   if (out.empty() || std::filesystem::is_directory(out))
     throw InputError(fmt::format("--out '{}': give a file name for the profile, e.g. profile.json", out));
-  o.model = resolve_model(vm["model"].as<std::string>());
+  const ModelSpec model = resolve_model(vm["model"].as<std::string>());
+  const ParallelConfig parallel{vm["tensor-parallel-size"].as<int32_t>(), 1};
+  parallel.validate_for(model);
+  o.model = tensor_parallel_shard(model, parallel.tensor_parallel_size);
   o.precision = decoder_precision_from(vm).on(device);
   o.quick = vm.count("quick") > 0;
   o.threads = vm["threads"].as<int>();
@@ -180,8 +189,11 @@ int calibrate_command(int argc, const char* const* argv) {
     std::fprintf(stderr, "calibrate: %s\n", line.c_str());
     std::fflush(stderr);
   };
-  const DeviceProfile profile =
+  DeviceProfile profile =
       calibrate(o, progress, host_drift ? host_drift_calibration_hooks(o, placement_seconds, progress) : CalibrationHooks{});
+  // The tables are one rank's; the profile names the whole model and the degree.
+  profile.model = model;
+  profile.tensor_parallel_size = parallel.tensor_parallel_size;
   profile.save(out);
   print_summary(profile, out, o.raw_benchmarks_path,
                 profile.metadata["settings"].value("wall_time_s", 0.0));

@@ -12,6 +12,7 @@ int validate_command(int argc, const char* const* argv);
 // `program` is servesim's argv[0]: sweep runs each point as a child process of
 // this binary (/proc/self/exe where readable, else `program`).
 int sweep_command(int argc, const char* const* argv, const char* program);
+int capacity_command(int argc, const char* const* argv);
 int models_command(int argc, const char* const* argv);
 int hardware_command(int argc, const char* const* argv);
 

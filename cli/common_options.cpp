@@ -130,6 +130,36 @@ po::options_description slo_options() {
   return o;
 }
 
+po::options_description parallel_options() {
+  po::options_description o("Parallelism (docs/parallelism.md)", kHelpWidth);
+  o.add_options()
+      ("tensor-parallel-size", po::value<int32_t>()->default_value(1),
+       "GPUs sharing every layer (Megatron-style: heads, KV heads, MLP width and vocabulary split; two "
+       "all-reduces per layer); must divide the attention heads")
+      ("pipeline-parallel-size", po::value<int32_t>()->default_value(1),
+       "pipeline stages of L / PP layers, with PP batches in flight (virtual engines); must divide the layers")
+      ("interconnect", po::value<std::string>(),
+       "the GPUs' interconnect: a preset (nvlink3, nvlink4, nvlink5, pcie4, ...) or a measured table: a JSON "
+       "file or the output of nccl-tests' all_reduce_perf as it prints it (default: the --hardware preset's)");
+  return o;
+}
+
+ParallelConfig parallel_from(const po::variables_map& vm) {
+  ParallelConfig p;
+  p.tensor_parallel_size = vm["tensor-parallel-size"].as<int32_t>();
+  p.pipeline_parallel_size = vm["pipeline-parallel-size"].as<int32_t>();
+  if (p.tensor_parallel_size < 1 || p.tensor_parallel_size > 64)
+    throw InputError(fmt::format("--tensor-parallel-size must be in 1 .. 64 (got {})", p.tensor_parallel_size));
+  if (p.pipeline_parallel_size < 1 || p.pipeline_parallel_size > 64)
+    throw InputError(fmt::format("--pipeline-parallel-size must be in 1 .. 64 (got {})", p.pipeline_parallel_size));
+  return p;
+}
+
+std::optional<Interconnect> interconnect_from(const po::variables_map& vm) {
+  if (!vm.count("interconnect")) return std::nullopt;
+  return resolve_interconnect(vm["interconnect"].as<std::string>());
+}
+
 uint64_t parse_seed(const std::string& text, const std::string& flag) {
   uint64_t seed = 0;
   const char* end = text.data() + text.size();

@@ -6,7 +6,11 @@
 #include <boost/program_options.hpp>
 
 #include "sim/cost/roofline_model.h"
+#include <optional>
+
+#include "sim/interconnect.h"
 #include "sim/metrics.h"
+#include "sim/parallel_config.h"
 #include "sim/quantization.h"
 #include "sim/scheduler_settings.h"
 #include "sim/workload.h"
@@ -32,6 +36,7 @@ po::options_description scheduler_options();
 po::options_description roofline_options();
 po::options_description quantization_options();
 po::options_description slo_options();
+po::options_description parallel_options();
 
 // Each reads the flags above from a parsed map; bad values throw InputError
 // naming the flag.
@@ -40,6 +45,11 @@ SchedulerSettings scheduler_from(const po::variables_map& vm);
 RooflineOptions roofline_from(const po::variables_map& vm);
 Quantization quantization_from(const po::variables_map& vm);
 SloTargets slo_from(const po::variables_map& vm);
+// --tensor-parallel-size and --pipeline-parallel-size (checked against the
+// model by ParallelConfig::validate_for where the model is known).
+ParallelConfig parallel_from(const po::variables_map& vm);
+// --interconnect: a preset or a measured table; unset: the hardware's.
+std::optional<Interconnect> interconnect_from(const po::variables_map& vm);
 
 // Boost's lexical_cast turns "-1" into 2^64 - 1 for an unsigned option, so
 // seeds are read as text and parsed strictly (InputError naming `flag`).

@@ -19,6 +19,7 @@ void print_usage(std::FILE* to) {
       "  calibrate  time the decoder's kernels on this device and write a profile\n"
       "  validate   run a workload for real and predict it; report the prediction's error\n"
       "  sweep      run simulate over a grid of settings (k, batch size, rate, ...) and rank the points\n"
+      "  capacity   the highest request rate within SLOs; GPUs and cost for a target rate; a Pareto search\n"
       "  models     list the built-in model presets (parameters, weight and KV bytes)\n"
       "  hardware   list the built-in GPU presets (datasheet FLOP/s, bandwidth, memory)\n"
       "\n"
@@ -50,6 +51,7 @@ int main(int argc, char** argv) {
     if (command == "run") return servesim::cli::run_command(sub_argc, sub_argv);
     if (command == "calibrate") return servesim::cli::calibrate_command(sub_argc, sub_argv);
     if (command == "validate") return servesim::cli::validate_command(sub_argc, sub_argv);
+    if (command == "capacity") return servesim::cli::capacity_command(sub_argc, sub_argv);
     if (command == "sweep") return servesim::cli::sweep_command(sub_argc, sub_argv, argv[0]);
     if (command == "models") return servesim::cli::models_command(sub_argc, sub_argv);
     if (command == "hardware") return servesim::cli::hardware_command(sub_argc, sub_argv);

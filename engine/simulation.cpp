@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/pipeline_engines.h"
 #include "sim/clock.h"
 #include "sim/config_json.h"
 #include "sim/cost/simulated_executor.h"
@@ -11,12 +12,28 @@
 
 namespace servesim {
 
-SimulationOutput simulate_costed(const SchedulerConfig& config, const Workload& workload, const CostModels& costs,
-                                 const SimulatedSpeculation* speculation, std::span<CostMultiplier* const> multipliers,
-                                 const SloTargets& slo, const LoopOptions& loop) {
-  SimulationOutput out;
-  out.scheduler = config;
-  Scheduler scheduler(out.scheduler);
+namespace {
+
+// Sums each iteration's communication and duration.
+class CommunicationObserver final : public LoopObserver {
+ public:
+  CommunicationObserver(const CommunicationModel& model, CommunicationTally& tally) : model_(model), tally_(tally) {}
+  void after_iteration(const IterationPlan& plan, const IterationResult& result, const IterationRecord&) override {
+    tally_.communication_s += model_.seconds(plan);
+    tally_.busy_s += result.duration_s;
+  }
+
+ private:
+  const CommunicationModel& model_;
+  CommunicationTally& tally_;
+};
+
+// One engine's serving of `workload` with `config`.
+RunRecords serve_on_virtual_clock(const SchedulerConfig& config, const Workload& workload, const CostModels& costs,
+                                  const SimulatedSpeculation* speculation,
+                                  std::span<CostMultiplier* const> multipliers, const LoopOptions& loop,
+                                  std::optional<SpeculativeStats>& speculative) {
+  Scheduler scheduler(config);
   VirtualClock clock;
   SimulatedExecutor executor(*costs.target, clock);
   if (config.num_speculative_tokens > 0) {
@@ -25,20 +42,49 @@ SimulationOutput simulate_costed(const SchedulerConfig& config, const Workload& 
     executor.speculate(*costs.draft, speculation->acceptance, config.num_speculative_tokens, speculation->seed);
   }
   for (CostMultiplier* m : multipliers) executor.multiply_by(*m);
-  out.records = run_serving_loop(scheduler, executor, clock, workload, loop);
+  RunRecords records = run_serving_loop(scheduler, executor, clock, workload, loop);
+  if (const SpeculativeStats* stats = executor.speculative_stats()) speculative = *stats;
+  return records;
+}
+
+}  // namespace
+
+SimulationOutput simulate_costed(const SchedulerConfig& config, const Workload& workload, const CostModels& costs,
+                                 const SimulatedSpeculation* speculation, std::span<CostMultiplier* const> multipliers,
+                                 const SloTargets& slo, const LoopOptions& loop) {
+  SimulationOutput out;
+  out.scheduler = config;
+  LoopOptions options = loop;
+  std::optional<CommunicationObserver> observer;
+  if (costs.communication) {
+    out.communication.emplace();
+    observer.emplace(*costs.communication, *out.communication);
+    options.observers.push_back(&*observer);
+  }
+  const int32_t engines = costs.parallel.pipeline_parallel_size;
+  if (engines == 1) {
+    out.records = serve_on_virtual_clock(config, workload, costs, speculation, multipliers, options, out.speculative);
+  } else {
+    const std::vector<EngineShare> shares = split_for_engines(workload, engines);
+    std::vector<RunRecords> parts;
+    for (size_t e = 0; e < shares.size(); ++e)
+      parts.push_back(serve_on_virtual_clock(engine_config(config, engines, int32_t(e)), shares[e].workload, costs,
+                                             speculation, multipliers, options, out.speculative));
+    out.records = merge_engine_records(parts, shares, workload.requests.size());
+  }
   out.summary = summarize_run(out.records, slo);
-  if (const SpeculativeStats* stats = executor.speculative_stats()) out.speculative = *stats;
   return out;
 }
 
 SchedulerConfig resolve_scheduler_config(const SimulationSetup& setup) {
   return resolve_scheduler_config(setup.scheduler, setup.model, setup.hardware,
-                                  setup.draft ? &*setup.draft : nullptr);
+                                  setup.draft ? &*setup.draft : nullptr, setup.parallel);
 }
 
 CostModels setup_cost_models(const SimulationSetup& setup) {
   const bool speculating = setup.scheduler.num_speculative_tokens > 0 && setup.draft;
-  return build_cost_models(setup.cost, setup.model, setup.hardware, speculating ? &*setup.draft : nullptr);
+  return build_cost_models(setup.cost, setup.model, setup.hardware, speculating ? &*setup.draft : nullptr,
+                           setup.parallel);
 }
 
 namespace {
@@ -97,6 +143,46 @@ LatencyBands simulate_draws(int draws, const CostJitter& jitter, uint64_t seed,
   return band_latencies(drawn);
 }
 
+nlohmann::json parallel_to_json(const SimulationSetup& setup, const SchedulerConfig& c,
+                                const SimulationOutput& output) {
+  const ParallelConfig& p = setup.parallel;
+  const DraftModel* draft = setup.draft && c.num_speculative_tokens > 0 ? &*setup.draft : nullptr;
+  double weights = weight_bytes_per_gpu(setup.model, p);
+  double kv_token = kv_bytes_per_token_per_gpu(setup.model, p);
+  if (draft) {
+    if (!draft->shares_target_weights) weights += weight_bytes_per_gpu(draft->spec, p);
+    kv_token += kv_bytes_per_token_per_gpu(draft->spec, p);
+  }
+  const double kv = double(c.num_gpu_blocks) * c.block_size * kv_token;
+  nlohmann::json j = p.to_json();
+  j["layout"] = describe_layout(p);
+  const RankShape r = rank_shape(setup.model, p);
+  j["rank_shape"] = {{"attention_heads", r.heads},
+                     {"kv_heads", r.kv_heads},
+                     {"kv_heads_replicated", r.kv_heads_replicated},
+                     {"intermediate_size", r.intermediate},
+                     {"vocab_rows", r.vocab},
+                     {"layers_per_stage", r.layers_per_stage}};
+  j["memory_per_gpu"] = {
+      {"weights_bytes", weights},
+      {"kv_cache_bytes", kv},
+      {"activations_bytes", 0},
+      {"total_bytes", weights + kv},
+      {"meaning", "one GPU of the group: its share of the weights and the KV blocks of num_gpu_blocks (each "
+                  "holding its stage's layers and its ranks' KV heads); activations are not reserved, as "
+                  "the KV rule sizes the cache without vLLM's activation-peak profiling"}};
+  if (p.pipeline_parallel_size > 1)
+    j["virtual_engines"] = {{"engines", p.pipeline_parallel_size},
+                            {"meaning", "batches in flight: each engine has its own requests (round-robin), "
+                                        "num_gpu_blocks / PP blocks and max_num_seqs / PP sequences"}};
+  if (output.communication) {
+    j["communication_s"] = output.communication->communication_s;
+    j["busy_s"] = output.communication->busy_s;
+    j["communication_share"] = output.communication->share();
+  }
+  return j;
+}
+
 nlohmann::json setup_to_json(const SimulationSetup& setup, const SchedulerConfig& c, const CostModels& costs) {
   const HardwareSpec& h = setup.hardware;
   nlohmann::json j;
@@ -109,6 +195,7 @@ nlohmann::json setup_to_json(const SimulationSetup& setup, const SchedulerConfig
                    {"memory_bytes", h.memory_bytes}};
   j["scheduler"] = scheduler_to_json(c, setup.scheduler.gpu_memory_utilization);
   j["cost_model"] = costs.describe();
+  if (!setup.parallel.single_gpu()) j["parallel"] = setup.parallel.to_json();
   j["workload"] = workload_to_json(setup.workload);
   j["seed"] = setup.workload.seed;
   if (c.num_speculative_tokens > 0)

@@ -19,6 +19,7 @@
 #include "sim/hardware_spec.h"
 #include "sim/metrics.h"
 #include "sim/model_spec.h"
+#include "sim/parallel_config.h"
 #include "sim/scheduler_settings.h"
 #include "sim/speculative_stats.h"
 #include "sim/workload.h"
@@ -37,6 +38,17 @@ struct SimulationSetup {
   // and the acceptance model (sim/acceptance.h).
   std::optional<DraftModel> draft;
   std::optional<AcceptanceModel> acceptance;
+  // Tensor/pipeline parallelism: the GPUs of one replica
+  // (cost.interconnect connects them).
+  ParallelConfig parallel;
+};
+
+// A parallel run's time on the interconnect: the communication of every
+// iteration (CommunicationModel, before any multiplier) beside the busy
+// time (every iteration's duration), summed over the pipeline's engines.
+struct CommunicationTally {
+  double communication_s = 0, busy_s = 0;
+  double share() const { return busy_s > 0 ? communication_s / busy_s : 0.0; }
 };
 
 struct SimulationOutput {
@@ -44,6 +56,7 @@ struct SimulationOutput {
   RunRecords records;
   RunSummary summary;
   std::optional<SpeculativeStats> speculative;  // a speculative run's statistics
+  std::optional<CommunicationTally> communication;  // more than one GPU
 };
 
 // How a simulation speculates: acceptance drawn from `acceptance`, seeded
@@ -56,7 +69,8 @@ struct SimulatedSpeculation {
 // The core of every simulation: `workload` served with the resolved
 // `config` on a virtual clock, each iteration costed by `costs` (with
 // `speculation` when config.num_speculative_tokens > 0) times every
-// multiplier, summarised against `slo`.
+// multiplier, summarised against `slo`. With costs.parallel's PP > 1, on
+// PP virtual engines (engine/pipeline_engines.h) whose records are merged.
 SimulationOutput simulate_costed(const SchedulerConfig& config, const Workload& workload, const CostModels& costs,
                                  const SimulatedSpeculation* speculation, std::span<CostMultiplier* const> multipliers,
                                  const SloTargets& slo, const LoopOptions& loop = {});
@@ -85,6 +99,11 @@ CostModels setup_cost_models(const SimulationSetup& setup);
 LatencyBands simulate_draws(int draws, const CostJitter& jitter, uint64_t seed,
                             const std::function<RunSummary(CostMultiplier& jitter)>& simulate_one,
                             const std::function<void(int done, int total)>& progress = {});
+
+// summary.json's "parallel": the layout, memory per GPU (weights and the KV
+// blocks of `resolved`) and the communication share of `output`.
+nlohmann::json parallel_to_json(const SimulationSetup& setup, const SchedulerConfig& resolved,
+                                const SimulationOutput& output);
 
 // Every setting of the run, for summary.json's "config".
 nlohmann::json setup_to_json(const SimulationSetup& setup, const SchedulerConfig& resolved,

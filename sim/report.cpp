@@ -78,6 +78,8 @@ nlohmann::json summary_to_json(const RunSummary& s, const SloTargets& slo,
     if (slo.tpot_s) targets["tpot_s"] = *slo.tpot_s;
     if (slo.e2e_s) targets["e2e_s"] = *slo.e2e_s;
     j["slo"] = {{"targets", targets}, {"requests_met", s.slo_met}};
+    // Requests meeting every SLO over those submitted (a rejected one meets none).
+    j["slo_attainment"] = s.submitted > 0 ? double(s.slo_met) / double(s.submitted) : 0.0;
   }
   j["preemptions"] = s.preemptions;
   j["duration_s"] = s.duration_s;

@@ -11,7 +11,8 @@
 namespace servesim {
 
 SchedulerConfig resolve_scheduler_config(const SchedulerSettings& s, const ModelSpec& model,
-                                         const HardwareSpec& hardware, const DraftModel* draft) {
+                                         const HardwareSpec& hardware, const DraftModel* draft,
+                                         const ParallelConfig& parallel) {
   SchedulerConfig c;
   c.policy = s.policy;
   c.max_num_seqs = s.max_num_seqs;
@@ -34,7 +35,7 @@ SchedulerConfig resolve_scheduler_config(const SchedulerSettings& s, const Model
   if (s.num_gpu_blocks) {
     c.num_gpu_blocks = *s.num_gpu_blocks;
   } else {
-    c.num_gpu_blocks = kv_capacity_blocks(model, hardware, s.gpu_memory_utilization, s.block_size, draft);
+    c.num_gpu_blocks = kv_capacity_blocks(model, hardware, s.gpu_memory_utilization, s.block_size, draft, parallel);
   }
   c.validate();
   return c;

@@ -8,6 +8,7 @@
 #include "sim/draft_model.h"
 #include "sim/hardware_spec.h"
 #include "sim/model_spec.h"
+#include "sim/parallel_config.h"
 #include "sim/scheduler.h"
 
 namespace servesim {
@@ -34,9 +35,11 @@ struct SchedulerSettings {
   WaitingOrder waiting_order = WaitingOrder::Fcfs;
 };
 
-// With `draft`, the KV capacity rule counts its weights and KV (kv_capacity.h).
+// With `draft`, the KV capacity rule counts its weights and KV; with
+// `parallel`, num_gpu_blocks is what one GPU of the group holds (kv_capacity.h).
 // Throws InputError naming the flag of a bad or inconsistent setting.
 SchedulerConfig resolve_scheduler_config(const SchedulerSettings& settings, const ModelSpec& model,
-                                         const HardwareSpec& hardware, const DraftModel* draft = nullptr);
+                                         const HardwareSpec& hardware, const DraftModel* draft = nullptr,
+                                         const ParallelConfig& parallel = {});
 
 }  // namespace servesim

@@ -55,6 +55,22 @@ void StreamingSamples::add(double value) {
   }
 }
 
+void StreamingSamples::merge(const StreamingSamples& other) {
+  if (other.count_ == 0) return;
+  if (other.histogram_.empty()) {
+    for (double v : other.values_) add(v);
+    return;
+  }
+  const double min_seen = count_ ? std::min(min_, other.min_) : other.min_;
+  const double max_seen = count_ ? std::max(max_, other.max_) : other.max_;
+  if (histogram_.empty()) move_to_histogram();
+  for (size_t b = 0; b < other.histogram_.size(); ++b) histogram_[b] += other.histogram_[b];
+  count_ += other.count_;
+  sum_ += other.sum_;
+  min_ = min_seen;
+  max_ = max_seen;
+}
+
 void StreamingSamples::move_to_histogram() {
   histogram_.assign(kHistBins, 0);
   for (double v : values_) add_to_histogram(v);

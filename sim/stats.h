@@ -30,6 +30,9 @@ class StreamingSamples {
  public:
   explicit StreamingSamples(size_t exact_limit = size_t(1) << 22);
   void add(double value);
+  // Adds every sample of `other` (exactly while both are exact; a histogram
+  // bin's samples at their bin's value otherwise, its sum and extremes kept).
+  void merge(const StreamingSamples& other);
   Distribution summarize();
   int64_t count() const { return count_; }
   bool exact() const { return histogram_.empty(); }

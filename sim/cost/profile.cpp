@@ -76,6 +76,7 @@ nlohmann::json DeviceProfile::to_json() const {
   j["dtype"] = dtype;
   if (!quantization.is_default()) j["quantization"] = quantization.to_json();
   j["block_size"] = block_size;
+  if (tensor_parallel_size != 1) j["tensor_parallel_size"] = tensor_parallel_size;
   j["model"] = model_to_json(model);
   j["model"]["rope_theta"] = model.rope_theta;
   j["model"]["rms_norm_eps"] = model.rms_norm_eps;
@@ -164,6 +165,12 @@ DeviceProfile DeviceProfile::from_json(const nlohmann::json& j, const std::strin
     }
   }
   p.block_size = field<int32_t>(j, "block_size", source);
+  if (j.contains("tensor_parallel_size")) {
+    p.tensor_parallel_size = field<int32_t>(j, "tensor_parallel_size", source);
+    if (p.tensor_parallel_size < 1 || p.tensor_parallel_size > 64)
+      throw InputError(fmt::format("{}: tensor_parallel_size must be in 1 .. 64 (got {})", source,
+                                   p.tensor_parallel_size));
+  }
   const auto m = field<nlohmann::json>(j, "model", source);
   const std::string mw = source + ": model";
   p.model.name = field<std::string>(m, "name", mw);

@@ -44,7 +44,11 @@ struct DeviceProfile {
   // and auto): a profile holds the tables of one precision.
   Quantization quantization;
   int32_t block_size = 16;         // KV block size the attention was timed with
-  ModelSpec model;                 // the shape the kernels were timed for (name kept for humans)
+  // The model whose kernels were timed (name kept for humans) ...
+  ModelSpec model;
+  // ... at the shapes of one rank of this TP degree (tensor_parallel_shard
+  // of `model`; JSON "tensor_parallel_size", absent = 1).
+  int32_t tensor_parallel_size = 1;
 
   // Per layer, against the batch's token count M.
   Curve gemm_qkv, gemm_o, gemm_gate_up, gemm_down;

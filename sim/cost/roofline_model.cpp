@@ -42,8 +42,10 @@ RelativeEfficiency kv_attention_efficiency(KvCacheDtype d, bool decode) {
 }
 
 RooflineModel::RooflineModel(const ModelSpec& model, const HardwareSpec& hardware,
-                             const RooflineOptions& options)
+                             const RooflineOptions& options, const ParallelConfig& parallel)
     : model_(model), hardware_(hardware), options_(options) {
+  parallel.validate_for(model_);
+  rank_ = rank_shape(model_, ParallelConfig{parallel.tensor_parallel_size, 1});
   options_.validate();
   hardware_.validate(hardware_.name);
   flops_per_s_ = hardware_.bf16_flops * options_.compute_efficiency;
@@ -61,9 +63,11 @@ double RooflineModel::op_time(double flops, double bytes, double peak_flops, Rel
 }
 
 RooflineBreakdown RooflineModel::breakdown(const IterationPlan& plan) const {
-  const double d = double(model_.hidden_size), I = double(model_.intermediate_size);
-  const double H = double(model_.num_attention_heads), Hkv = double(model_.num_key_value_heads);
-  const double dh = double(model_.head_dim), V = double(model_.vocab_size);
+  // One TP rank's share (at TP 1, the model's own sizes): heads, KV heads,
+  // MLP width and LM-head rows; V_rank = V at TP 1.
+  const double d = double(model_.hidden_size), I = double(rank_.intermediate);
+  const double H = double(rank_.heads), Hkv = double(rank_.kv_heads);
+  const double dh = double(model_.head_dim), V = double(model_.vocab_size), V_rank = double(rank_.vocab);
   const double L = double(model_.num_hidden_layers), b = double(model_.dtype_bytes());
   const double T = double(plan.num_tokens());           // query tokens in the batch
   const double S = double(plan.num_sample_rows);  // rows that go through the LM head
@@ -137,10 +141,11 @@ RooflineBreakdown RooflineModel::breakdown(const IterationPlan& plan) const {
   out.elementwise = quant.w8a8() ? op_time(0, b * T * (L * per_token_layer + 2 * d) + L * T * quantize_bytes)
                                   : op_time(0, b * T * (L * per_token_layer + 2 * d));
 
-  // Final RMSNorm and LM head on the sampling rows only; fp32 logits written
-  // by the GEMM and read again by the sampler.
+  // Final RMSNorm and LM head on the sampling rows only (a rank's V_rank
+  // rows of it); fp32 logits written by the GEMM and the whole vocabulary's
+  // read again by the sampler.
   if (S > 0) {
-    out.lm_head = op_time(2 * S * d * V, b * (V * d + 2 * S * d) + 4.0 * S * V) +
+    out.lm_head = op_time(2 * S * d * V_rank, b * (V_rank * d + 2 * S * d) + 4.0 * S * V_rank) +
                   op_time(0, 4.0 * S * V);
   }
   out.overhead = options_.iteration_overhead_s;

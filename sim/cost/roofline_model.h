@@ -18,6 +18,7 @@
 #include "sim/cost/cost_model.h"
 #include "sim/hardware_spec.h"
 #include "sim/model_spec.h"
+#include "sim/parallel_config.h"
 
 namespace servesim {
 
@@ -60,7 +61,12 @@ struct RooflineBreakdown {
 
 class RooflineModel final : public CostModel {
  public:
-  RooflineModel(const ModelSpec& model, const HardwareSpec& hardware, const RooflineOptions& options);
+  // With `parallel`, the time of one rank of a TP group at the sharded
+  // shapes (rank_shape), every pipeline stage in turn; the sampler still
+  // reads the whole vocabulary's logits. Communication is not included
+  // (ParallelCostModel adds it).
+  RooflineModel(const ModelSpec& model, const HardwareSpec& hardware, const RooflineOptions& options,
+                const ParallelConfig& parallel = {});
 
   std::string name() const override { return "roofline"; }
   double seconds(const IterationPlan& plan) const override { return breakdown(plan).total(); }
@@ -77,6 +83,7 @@ class RooflineModel final : public CostModel {
   ModelSpec model_;
   HardwareSpec hardware_;
   RooflineOptions options_;
+  RankShape rank_;
   double flops_per_s_;  // peak x compute efficiency
   double bytes_per_s_;  // bandwidth x memory efficiency
   double gemm_peak_;    // the GEMMs' dense peak in their compute dtype
