@@ -188,7 +188,8 @@ int capacity_command(int argc, const char* const* argv) {
     write_search_csv(csv, points);
     nlohmann::json j = {{"search", nlohmann::json::array()}, {"attainment_target", options.attainment}};
     for (const SearchPoint& p : points) {
-      nlohmann::json row = {{"tensor_parallel_size", p.tensor_parallel_size}, {"quantization", p.quantization},
+      nlohmann::json row = {{"tensor_parallel_size", p.tensor_parallel_size},
+                            {"pipeline_parallel_size", p.pipeline_parallel_size}, {"quantization", p.quantization},
                             {"max_num_seqs", p.max_num_seqs}, {"max_num_batched_tokens", p.max_num_batched_tokens},
                             {"gpus", p.gpus()}, {"pareto_tpot", p.pareto_tpot}, {"pareto_ttft", p.pareto_ttft}};
       if (p.capacity) {
@@ -219,6 +220,7 @@ int capacity_command(int argc, const char* const* argv) {
                    done == total || !terminal ? "\n" : "");
   };
   const CapacityResult result = find_capacity(setup, flags.costs, options);
+  for (const std::string& w : result.warnings) std::fprintf(stderr, "capacity: warning: %s\n", w.c_str());
   nlohmann::json j = capacity_to_json(result, options);
   j["config"] = setup_to_json(setup, resolve_scheduler_config(setup), flags.costs);
   std::optional<nlohmann::json> fleet;

@@ -148,11 +148,7 @@ ParallelConfig parallel_from(const po::variables_map& vm) {
   ParallelConfig p;
   p.tensor_parallel_size = vm["tensor-parallel-size"].as<int32_t>();
   p.pipeline_parallel_size = vm["pipeline-parallel-size"].as<int32_t>();
-  if (p.tensor_parallel_size < 1 || p.tensor_parallel_size > 64)
-    throw InputError(fmt::format("--tensor-parallel-size must be in 1 .. 64 (got {})", p.tensor_parallel_size));
-  if (p.pipeline_parallel_size < 1 || p.pipeline_parallel_size > 64)
-    throw InputError(fmt::format("--pipeline-parallel-size must be in 1 .. 64 (got {})", p.pipeline_parallel_size));
-  return p;
+  return p;  // the ranges and the model's shapes: ParallelConfig::validate_for
 }
 
 std::optional<Interconnect> interconnect_from(const po::variables_map& vm) {

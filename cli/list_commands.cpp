@@ -6,6 +6,7 @@
 #include "cli/commands.h"
 #include "cli/common_options.h"
 #include "sim/hardware_spec.h"
+#include "sim/interconnect.h"
 #include "sim/model_spec.h"
 
 namespace servesim::cli {
@@ -54,16 +55,23 @@ int hardware_command(int argc, const char* const* argv) {
     std::cout << o;
     return 0;
   }
-  std::cout << fmt::format("{:<10} {:>14} {:>13} {:>12} {:>10} {:>10} {:>12}  {}\n", "hardware", "bf16 TFLOP/s",
-                           "fp8 TFLOP/s", "int8 TOP/s", "HBM GB/s", "memory GB", "FLOP/byte", "description");
+  std::cout << fmt::format("{:<10} {:>14} {:>13} {:>12} {:>10} {:>10} {:>12}  {:<15} {}\n", "hardware",
+                           "bf16 TFLOP/s", "fp8 TFLOP/s", "int8 TOP/s", "HBM GB/s", "memory GB", "FLOP/byte",
+                           "interconnect", "description");
   auto rate = [](double ops) { return ops > 0 ? fmt::format("{:.1f}", ops / 1e12) : std::string("-"); };
   for (const HardwareSpec& h : hardware_presets()) {
-    std::cout << fmt::format("{:<10} {:>14.1f} {:>13} {:>12} {:>10.0f} {:>10.0f} {:>12.0f}  {}\n", h.name,
+    const Interconnect& link = interconnect_for_hardware(h.name);
+    std::cout << fmt::format("{:<10} {:>14.1f} {:>13} {:>12} {:>10.0f} {:>10.0f} {:>12.0f}  {:<15} {}\n", h.name,
                              h.bf16_flops / 1e12, rate(h.fp8_flops), rate(h.int8_ops), h.memory_bandwidth / 1e9,
-                             h.memory_bytes / 1e9, h.bf16_flops / h.memory_bandwidth, h.description);
-    if (vm.count("sources")) std::cout << "           source: " << h.source << "\n";
+                             h.memory_bytes / 1e9, h.bf16_flops / h.memory_bandwidth, link.name, h.description);
+    if (vm.count("sources")) {
+      std::cout << "           source: " << h.source << "\n";
+      std::cout << "           interconnect: " << link.description << "; " << link.source << "\n";
+    }
   }
-  std::cout << "dense rates (no sparsity; -: no such tensor cores); FLOP/byte is the bf16 roofline's ridge point\n";
+  std::cout << "dense rates (no sparsity; -: no such tensor cores); FLOP/byte is the bf16 roofline's ridge point; "
+               "interconnect: what --tensor-parallel-size and --pipeline-parallel-size communicate over "
+               "(docs/parallelism.md)\n";
   return 0;
 }
 

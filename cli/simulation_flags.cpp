@@ -121,7 +121,8 @@ SimulationFlags simulation_from(const po::variables_map& vm) {
     setup.parallel.tensor_parallel_size = profile->tensor_parallel_size;
   setup.parallel.validate_for(setup.model);
   setup.cost.interconnect = interconnect_from(vm);
-  if (setup.cost.interconnect && setup.parallel.single_gpu())
+  // (capacity --search may set TP per point.)
+  if (setup.cost.interconnect && setup.parallel.single_gpu() && !vm.count("search-tensor-parallel-size"))
     throw InputError("--interconnect applies with --tensor-parallel-size or --pipeline-parallel-size > 1");
   setup.workload = workload_from(vm);
   setup.scheduler = scheduler_from(vm);

@@ -1,13 +1,11 @@
 #include "engine/capacity.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
-#include <exception>
-#include <thread>
 
 #include <fmt/format.h>
 
+#include "engine/parallel_for.h"
 #include "sim/errors.h"
 
 namespace servesim {
@@ -16,6 +14,7 @@ namespace {
 constexpr double kLowestRate = 1e-4;   // req/s: below it no SLO is attainable
 constexpr double kHighestRate = 1e7;   // req/s: above it nothing limits the rate
 constexpr double kKvFullUtilization = 0.95;
+constexpr double kSteadyStateSpans = 10;  // arrivals should span this many median E2Es
 
 CapacityProbe probe(const SimulationSetup& base, const CostModels& costs, double rate, uint64_t seed) {
   SimulationSetup setup = base;
@@ -42,12 +41,15 @@ CapacityProbe probe(const SimulationSetup& base, const CostModels& costs, double
   return p;
 }
 
-// The SLO most requests miss at `p`.
+// The SLO most requests miss at `p` (the first of equals, in the order
+// ttft, tpot, e2e); "rejected" only when rejections outnumber every SLO's
+// misses; "none" when nothing missed.
 std::string worst_slo(const CapacityProbe& p) {
-  std::pair<int64_t, std::string> worst{p.rejected, "rejected"};
+  std::pair<int64_t, std::string> worst{0, "none"};
   for (const auto& [misses, name] : {std::pair<int64_t, std::string>{p.ttft_misses, "ttft"},
                                      {p.tpot_misses, "tpot"}, {p.e2e_misses, "e2e"}})
     if (misses > worst.first) worst = {misses, name};
+  if (p.rejected > worst.first) worst = {p.rejected, "rejected"};
   return worst.second;
 }
 
@@ -92,7 +94,9 @@ SeedCapacity search_seed(const SimulationSetup& setup, const CostModels& costs, 
     }
   }
   while ((hi.rate - lo.rate) / lo.rate > o.tolerance) {
-    CapacityProbe mid = run(0.5 * (lo.rate + hi.rate));
+    const double rate = 0.5 * (lo.rate + hi.rate);
+    if (rate <= lo.rate || rate >= hi.rate) break;  // the bracket is as narrow as doubles go
+    CapacityProbe mid = run(rate);
     (mid.attainment >= o.attainment ? lo : hi) = std::move(mid);
   }
   s.max_rate = lo.rate;
@@ -106,14 +110,13 @@ SeedCapacity search_seed(const SimulationSetup& setup, const CostModels& costs, 
 void CapacityOptions::validate() const {
   if (!(attainment > 0 && attainment <= 1))
     throw InputError(fmt::format("--slo-attainment must be in (0, 1] (got {})", attainment));
-  if (!(tolerance > 0 && tolerance < 1))
-    throw InputError(fmt::format("--tolerance must be in (0, 1) (got {})", tolerance));
+  if (!(tolerance >= 1e-6 && tolerance < 1))
+    throw InputError(fmt::format("--tolerance must be in [1e-6, 1) (got {})", tolerance));
   if (seeds < 1 || seeds > 100) throw InputError(fmt::format("--seeds must be in 1 .. 100 (got {})", seeds));
   if (jobs < 1 || jobs > 1024) throw InputError(fmt::format("--jobs must be in 1 .. 1024 (got {})", jobs));
 }
 
-CapacityResult find_capacity(const SimulationSetup& setup, const CostModels& costs, const CapacityOptions& o) {
-  o.validate();
+void check_capacity_setup(const SimulationSetup& setup) {
   if (!setup.slo.any())
     throw InputError("capacity needs at least one SLO: --slo-ttft, --slo-tpot or --slo-e2e");
   const ArrivalProcess a = setup.workload.arrival;
@@ -123,40 +126,19 @@ CapacityResult find_capacity(const SimulationSetup& setup, const CostModels& cos
                                  to_string(a)));
   if (!(setup.workload.rate > 0) || !std::isfinite(setup.workload.rate))
     throw InputError(fmt::format("--rate must be > 0 (got {}): the search starts there", setup.workload.rate));
+}
+
+CapacityResult find_capacity(const SimulationSetup& setup, const CostModels& costs, const CapacityOptions& o) {
+  o.validate();
+  check_capacity_setup(setup);
 
   CapacityResult result;
   result.seeds.resize(size_t(o.seeds));
-  std::vector<std::exception_ptr> errors(size_t(o.seeds));
-  // Seeds are independent: each thread takes the next; results land by index.
-  std::atomic<int> next{0};
-  auto worker = [&] {
-    for (int i = next++; i < o.seeds; i = next++) {
-      try {
-        result.seeds[size_t(i)] = search_seed(setup, costs, o, setup.workload.seed + uint64_t(i));
-      } catch (...) {
-        errors[size_t(i)] = std::current_exception();
-      }
-    }
-  };
-  const int threads = std::min(o.jobs, o.seeds);
-  if (threads <= 1) {
-    for (int i = 0; i < o.seeds; ++i) {
-      try {
-        result.seeds[size_t(i)] = search_seed(setup, costs, o, setup.workload.seed + uint64_t(i));
-      } catch (...) {
-        errors[size_t(i)] = std::current_exception();
-      }
-      if (o.progress) o.progress(i + 1, o.seeds);
-    }
-  } else {
-    std::vector<std::thread> pool;
-    for (int t = 0; t < threads; ++t) pool.emplace_back(worker);
-    for (std::thread& t : pool) t.join();
-    if (o.progress) o.progress(o.seeds, o.seeds);
-  }
-  for (const std::exception_ptr& e : errors)
-    if (e) std::rethrow_exception(e);
-
+  // Seeds are independent; each result lands at its index.
+  parallel_for(
+      o.seeds, o.jobs,
+      [&](int i) { result.seeds[size_t(i)] = search_seed(setup, costs, o, setup.workload.seed + uint64_t(i)); },
+      o.progress);
   std::vector<size_t> order(result.seeds.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(),
@@ -169,7 +151,9 @@ CapacityResult find_capacity(const SimulationSetup& setup, const CostModels& cos
 
   const CapacityProbe& above = result.seeds[result.median_seed].above;
   result.limiting_slo = worst_slo(above);
-  const bool kv_bound = above.preemptions > 0 || above.rejected > 0 || above.peak_kv_utilization > kKvFullUtilization;
+  // Rejections are not counted here: the scheduler rejects only requests it
+  // could never serve (too long), at any rate.
+  const bool kv_bound = above.preemptions > 0 || above.peak_kv_utilization > kKvFullUtilization;
   result.bound_by = kv_bound ? "kv_capacity" : "compute";
   result.explanation = fmt::format(
       "at {:.4g} req/s {:.2f}% meet the SLOs ({} TTFT, {} TPOT, {} E2E misses, {} rejected of {}); the KV "
@@ -177,6 +161,15 @@ CapacityResult find_capacity(const SimulationSetup& setup, const CostModels& cos
       above.rate, above.attainment * 100, above.ttft_misses, above.tpot_misses, above.e2e_misses, above.rejected,
       above.submitted, above.peak_kv_utilization * 100, above.preemptions,
       kv_bound ? "KV capacity" : "compute (the queue, not memory)");
+  // A fixed number of requests arrives over N / rate seconds: at a high rate
+  // that is a burst, not a steady state.
+  const CapacityProbe& at = result.seeds[result.median_seed].at_max;
+  const double span_s = double(at.submitted) / at.rate;
+  if (span_s < kSteadyStateSpans * at.summary.e2e_s.p50)
+    result.warnings.push_back(fmt::format(
+        "at {:.4g} req/s the {} requests arrive over {:.3g} s, under {:g} times a request's median E2E ({:.3g} "
+        "s): the answer measures a burst more than a steady state; raise --num-requests",
+        at.rate, at.submitted, span_s, kSteadyStateSpans, at.summary.e2e_s.p50));
   return result;
 }
 
@@ -188,6 +181,7 @@ nlohmann::json probe_json(const CapacityProbe& p) {
           {"attainment", p.attainment},
           {"submitted", p.submitted},
           {"rejected", p.rejected},
+          {"duration_s", p.summary.duration_s},
           {"misses", {{"ttft", p.ttft_misses}, {"tpot", p.tpot_misses}, {"e2e", p.e2e_misses}}},
           {"preemptions", p.preemptions},
           {"peak_kv_utilization", p.peak_kv_utilization},
@@ -215,6 +209,7 @@ nlohmann::json capacity_to_json(const CapacityResult& r, const CapacityOptions& 
           {"median_seed", r.seeds[r.median_seed].seed},
           {"at_capacity", probe_json(r.seeds[r.median_seed].at_max)},
           {"limit", {{"slo", r.limiting_slo}, {"bound_by", r.bound_by}, {"explanation", r.explanation}}},
+          {"warnings", r.warnings},
           {"meaning", "max_request_rate: the median over seeds of the highest rate (within tolerance) whose "
                       "fraction of requests meeting every SLO is at least attainment_target"}};
 }

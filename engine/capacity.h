@@ -51,12 +51,16 @@ struct CapacityResult {
   std::vector<SeedCapacity> seeds;     // in seed order
   size_t median_seed = 0;              // index into seeds of the median
   // What stops the rate going higher, at the median seed's first failing
-  // rate: the SLO most requests miss ("ttft", "tpot", "e2e" or "rejected"),
-  // and whether KV capacity (preemptions, or rejections, or a KV cache over
-  // 95% full) or compute bounds it.
+  // rate: the SLO most requests miss ("ttft", "tpot", "e2e", "rejected" when
+  // rejections outnumber them, "none"), and whether KV capacity (preemptions,
+  // or a KV cache over 95% full) or compute bounds it.
   std::string limiting_slo, bound_by;
   std::string explanation;
+  std::vector<std::string> warnings;  // e.g. too few requests for a steady state
 };
+
+// InputError when `setup` has no SLO or no rate to search (below).
+void check_capacity_setup(const SimulationSetup& setup);
 
 // Throws InputError when no SLO is set, the workload is not an open loop
 // at --rate (poisson, gamma or constant; a trace or a closed loop has no

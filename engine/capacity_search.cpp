@@ -1,12 +1,10 @@
 #include "engine/capacity_search.h"
 
-#include <atomic>
-#include <exception>
 #include <sstream>
-#include <thread>
 
 #include <fmt/format.h>
 
+#include "engine/parallel_for.h"
 #include "sim/errors.h"
 
 namespace servesim {
@@ -62,7 +60,9 @@ SearchPoint evaluate(const SimulationSetup& base, SearchPoint point, const Capac
     one.jobs = 1;
     one.progress = {};
     point.capacity = find_capacity(setup, costs, one);
-  } catch (const InputError& e) {
+  } catch (const std::exception& e) {
+    // One point that cannot run (it does not fit, its SLOs cannot be met, ...)
+    // is a row with its reason; the search goes on.
     point.error = e.what();
   }
   return point;
@@ -73,6 +73,8 @@ SearchPoint evaluate(const SimulationSetup& base, SearchPoint point, const Capac
 std::vector<SearchPoint> search_capacity(const SimulationSetup& base, const SearchAxes& axes,
                                          const CapacityOptions& options,
                                          const std::function<void(int, int)>& progress) {
+  options.validate();
+  check_capacity_setup(base);
   std::vector<SearchPoint> points;
   for (int32_t tp : axes.tensor_parallel_size)
     for (const std::string& q : axes.quantization)
@@ -86,36 +88,9 @@ std::vector<SearchPoint> search_capacity(const SimulationSetup& base, const Sear
           p.max_num_batched_tokens = budget;
           points.push_back(p);
         }
-  const int total = int(points.size());
-  std::atomic<int> next{0}, done{0};
-  std::vector<std::exception_ptr> errors(points.size());
-  auto worker = [&] {
-    for (int i = next++; i < total; i = next++) {
-      try {
-        points[size_t(i)] = evaluate(base, points[size_t(i)], options);
-      } catch (...) {
-        errors[size_t(i)] = std::current_exception();
-      }
-      ++done;
-    }
-  };
-  const int threads = std::max(1, std::min(options.jobs, total));
-  std::vector<std::thread> pool;
-  for (int t = 1; t < threads; ++t) pool.emplace_back(worker);
-  // The calling thread works too, and reports progress between its points.
-  for (int i = next++; i < total; i = next++) {
-    try {
-      points[size_t(i)] = evaluate(base, points[size_t(i)], options);
-    } catch (...) {
-      errors[size_t(i)] = std::current_exception();
-    }
-    ++done;
-    if (progress) progress(done.load(), total);
-  }
-  for (std::thread& t : pool) t.join();
-  if (progress) progress(total, total);
-  for (const std::exception_ptr& e : errors)
-    if (e) std::rethrow_exception(e);
+  parallel_for(
+      int(points.size()), options.jobs,
+      [&](int i) { points[size_t(i)] = evaluate(base, points[size_t(i)], options); }, progress);
   mark_pareto(points);
   return points;
 }

@@ -116,7 +116,7 @@ SchedulerConfig engine_scheduler_config(const EngineSetup& setup) {
     settings.num_gpu_blocks = decoder_kv_blocks(setup.model, device, setup.kv_cache_bytes, settings.block_size,
                                                 draft ? &*draft : nullptr, setup.precision);
   // The hardware figures only size the KV cache, which is set above.
-  HardwareSpec host{device.kind(), "this machine", 1, 1, 1, ""};
+  HardwareSpec host{device.kind(), "this machine", 1, 1, 1, "", 0, 0, ""};
   return resolve_scheduler_config(settings, setup.model, host);
 }
 

@@ -68,7 +68,8 @@ SimulationOutput simulate_costed(const SchedulerConfig& config, const Workload& 
     const std::vector<EngineShare> shares = split_for_engines(workload, engines);
     std::vector<RunRecords> parts;
     for (size_t e = 0; e < shares.size(); ++e)
-      parts.push_back(serve_on_virtual_clock(engine_config(config, engines, int32_t(e)), shares[e].workload, costs,
+      parts.push_back(serve_on_virtual_clock(engine_config(config, int32_t(shares.size()), int32_t(e)),
+                                             shares[e].workload, costs,
                                              speculation, multipliers, options, out.speculative));
     out.records = merge_engine_records(parts, shares, workload.requests.size());
   }

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sim/errors.h"
+#include "sim/interconnect.h"
 
 namespace servesim {
 namespace {
@@ -20,7 +21,7 @@ constexpr double kGiga = 1e9;
 HardwareSpec gpu(std::string name, std::string description, double bf16_tflops, double bandwidth_gbps,
                  double memory_gb, std::string source, double fp8_tflops = 0, double int8_tops = 0) {
   return HardwareSpec{std::move(name), std::move(description), bf16_tflops * kTera, bandwidth_gbps * kGiga,
-                      memory_gb * kGiga, std::move(source), fp8_tflops * kTera, int8_tops * kTera};
+                      memory_gb * kGiga, std::move(source), fp8_tflops * kTera, int8_tops * kTera, std::string()};
 }
 
 // An optional rate: absent or null is 0 (none); otherwise a number >= 0.
@@ -132,6 +133,19 @@ HardwareSpec resolve_hardware(const std::string& name_or_path) {
                          positive_field(j, "memory_bandwidth_gbps", name_or_path),
                          positive_field(j, "memory_gb", name_or_path), "user file " + name_or_path,
                          optional_rate(j, "fp8_tflops", name_or_path), optional_rate(j, "int8_tops", name_or_path));
+    h.interconnect = optional_string(j, "interconnect", std::string(), name_or_path);
+    if (!h.interconnect.empty()) {
+      bool known = false;
+      std::string names;
+      for (const Interconnect& ic : interconnect_presets()) {
+        known = known || ic.name == h.interconnect;
+        names += (names.empty() ? "" : ", ") + ic.name;
+      }
+      if (!known)
+        throw InputError(fmt::format("{}: field 'interconnect' is '{}', not a preset ({}); a measured table goes "
+                                     "to --interconnect FILE",
+                                     name_or_path, h.interconnect, names));
+    }
     return h;
   }
   std::string names;

@@ -17,6 +17,10 @@ struct HardwareSpec {
   std::string source;            // where the figures come from
   double fp8_flops = 0;          // dense FP8 tensor-core FLOP/s; 0: no FP8 tensor cores (before Ada/Hopper)
   double int8_ops = 0;           // dense INT8 tensor-core OP/s; 0: none
+  // The link between GPUs of a TP/PP group: an interconnect preset's name
+  // (sim/interconnect.h). Empty: the preset's by hardware name, pcie4 for
+  // any other.
+  std::string interconnect;
 
   // The dense tensor-core rate of the GEMMs' compute dtype: fp8 and int8
   // for W8A8, bf16 otherwise (weight-only kernels dequantize to bf16).
@@ -31,7 +35,8 @@ const std::vector<HardwareSpec>& hardware_presets();
 
 // A preset name (case-insensitive) or a JSON file with the fields
 // {"name", "bf16_tflops", "memory_bandwidth_gbps" (GB/s), "memory_gb"} and,
-// optionally, "fp8_tflops" and "int8_tops" (dense; absent: none).
+// optionally, "fp8_tflops" and "int8_tops" (dense; absent: none) and
+// "interconnect" (an interconnect preset's name).
 HardwareSpec resolve_hardware(const std::string& name_or_path);
 
 }  // namespace servesim

@@ -49,6 +49,10 @@ struct Interconnect {
   std::vector<CollectiveCurve> all_gather;
   double p2p_latency_s = 0;  // one send between two GPUs
   double p2p_bandwidth = 0;  // bytes/s, one direction
+  // False for a measured table that gives no p2p (nccl-tests' all_reduce_perf
+  // never does): its p2p figures are a stand-in the caller should replace
+  // with the hardware's (build_cost_models does).
+  bool p2p_given = true;
 
   // One all-reduce of `bytes` (each rank's full message) over `ranks` GPUs:
   // floor + bytes * 2(ranks-1)/ranks / busbw. 0 for ranks == 1 or no bytes;

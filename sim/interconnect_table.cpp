@@ -149,6 +149,7 @@ Interconnect parse_json_table(const std::string& text, const std::string& file) 
     const Interconnect& d = default_preset();
     ic.p2p_latency_s = d.p2p_latency_s;
     ic.p2p_bandwidth = d.p2p_bandwidth;
+    ic.p2p_given = false;
     p2p = default_p2p_note();
   }
   const char* gather = ic.all_gather.empty() ? "; all-gather of S bytes costed as the table's all-reduce of S/2" : "";
@@ -267,6 +268,7 @@ Interconnect parse_nccl_tests(const std::string& text, const std::string& file) 
     r.seconds.push_back(from_us(us));
   }
   Interconnect ic = default_preset();  // for its p2p figures
+  ic.p2p_given = false;
   ic.custom_all_reduce.clear();
   ic.all_gather.clear();
   ic.all_reduce.clear();

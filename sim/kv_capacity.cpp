@@ -28,11 +28,11 @@ double blocks_that_fit(const ModelSpec& model, const HardwareSpec& hardware, dou
   return std::floor(budget / (double(block_size) * per_token));
 }
 
-// The smallest TP degree (of 2 .. 64 that the model splits into) whose GPUs
-// leave room for the KV cache, at the same PP; 0 when none does.
+// The smallest TP degree (up to one node's 8 GPUs, of those the model splits
+// into) whose GPUs leave room for the KV cache, at the same PP; 0 when none does.
 int32_t smallest_fitting_tp(const ModelSpec& model, const HardwareSpec& hardware, double utilization,
                             int32_t block_size, const DraftModel* draft, const ParallelConfig& parallel) {
-  for (int32_t tp = parallel.tensor_parallel_size + 1; tp <= 64; ++tp) {
+  for (int32_t tp = parallel.tensor_parallel_size + 1; tp <= 8; ++tp) {
     const ParallelConfig p{tp, parallel.pipeline_parallel_size};
     try {
       p.validate_for(model);
@@ -63,7 +63,7 @@ int64_t kv_capacity_blocks(const ModelSpec& model, const HardwareSpec& hardware,
     const std::string fix =
         tp ? fmt::format("--tensor-parallel-size {} would leave room (the weights split over {} GPUs)", tp,
                          tp * parallel.pipeline_parallel_size)
-           : std::string("no TP degree up to 64 would");
+           : std::string("no TP degree up to one node's 8 GPUs would (add --pipeline-parallel-size)");
     throw InputError(fmt::format(
         "{} weights{} ({:.1f} GB{}) leave no room for the KV cache in {:.0f}% of {}'s {:.0f} GB; {}; or use a "
         "larger GPU, a higher --gpu-memory-utilization or --quantization",

@@ -72,8 +72,9 @@ double weight_bytes_per_gpu(const ModelSpec& model, const ParallelConfig& p) {
   if (p.pipeline_parallel_size == 1) return all;
   const double per_layer = (all - embedding - final_norm - lm_head) / double(shard.num_hidden_layers);
   const double layers = per_layer * double(shard.num_hidden_layers / p.pipeline_parallel_size);
-  // The last stage holds its own LM head, tied or not.
-  return layers + std::max(embedding, final_norm + embedding);
+  // The largest stage is the last: its layers, the final norm and its own
+  // LM head (V_rank x d, tied or not), at least the first stage's embedding.
+  return layers + final_norm + embedding;
 }
 
 double kv_bytes_per_token_per_gpu(const ModelSpec& model, const ParallelConfig& p) {

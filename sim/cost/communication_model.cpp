@@ -1,10 +1,23 @@
 #include "sim/cost/communication_model.h"
 
+#include <fmt/format.h>
+
+#include "sim/errors.h"
+
 namespace servesim {
 
 CommunicationModel::CommunicationModel(const ModelSpec& model, const ParallelConfig& parallel,
                                        Interconnect interconnect)
-    : model_(model), parallel_(parallel), interconnect_(std::move(interconnect)) {}
+    : model_(model), parallel_(parallel), interconnect_(std::move(interconnect)) {
+  const int tp = parallel_.tensor_parallel_size;
+  // A preset describes the GPUs of one node; TP across nodes (InfiniBand
+  // between them) is not modelled. A measured table costs what it covers.
+  if (!interconnect_.measured && tp > kLargestNodeGroup)
+    throw InputError(fmt::format("--tensor-parallel-size {}: the {} preset describes up to {} GPUs of one node; "
+                                 "tensor parallelism across nodes is not modelled (use --pipeline-parallel-size "
+                                 "across nodes, or --interconnect with a table measured at {} ranks)",
+                                 tp, interconnect_.name, kLargestNodeGroup, tp));
+}
 
 CommunicationBreakdown CommunicationModel::breakdown(const IterationPlan& plan) const {
   const int tp = parallel_.tensor_parallel_size, pp = parallel_.pipeline_parallel_size;

@@ -20,8 +20,12 @@ struct CommunicationBreakdown {
   double total() const { return all_reduce + logits_gather + stage_transfer; }
 };
 
+// GPUs in one node's NVLink (or PCIe) domain: a preset costs TP up to this.
+inline constexpr int kLargestNodeGroup = 8;
+
 class CommunicationModel {
  public:
+  // InputError for a TP degree beyond kLargestNodeGroup on a preset.
   CommunicationModel(const ModelSpec& model, const ParallelConfig& parallel, Interconnect interconnect);
 
   // T = plan.num_tokens() tokens of d activations in the model's dtype b:
@@ -35,7 +39,7 @@ class CommunicationModel {
   double seconds(const IterationPlan& plan) const { return breakdown(plan).total(); }
 
   const Interconnect& interconnect() const { return interconnect_; }
-  // {"interconnect": ..., "all_reduce_per_forward": 2L + 1, "modelled": "analytic" ...}.
+  // {"interconnect": ..., "all_reduces_per_forward": 2L + 1, "activation_bytes", "how"}.
   nlohmann::json describe() const;
 
  private:

@@ -19,6 +19,32 @@ nlohmann::json CostModels::describe() const {
 
 namespace {
 
+// --interconnect, else the hardware JSON's "interconnect", else the preset
+// of the hardware's name; pcie4 for hardware without one, saying so.
+Interconnect group_interconnect(const CostModelSettings& settings, const HardwareSpec& hardware) {
+  if (settings.interconnect) {
+    Interconnect table = *settings.interconnect;
+    if (!table.p2p_given) {
+      // A measured all-reduce table says nothing of point-to-point sends:
+      // take the hardware's link for pipeline stages.
+      const Interconnect link = hardware.interconnect.empty() ? interconnect_for_hardware(hardware.name)
+                                                               : resolve_interconnect(hardware.interconnect);
+      table.p2p_latency_s = link.p2p_latency_s;
+      table.p2p_bandwidth = link.p2p_bandwidth;
+      table.source += fmt::format("; p2p (pipeline stages) from the {} preset of {}, the table giving none",
+                                  link.name, hardware.name);
+    }
+    return table;
+  }
+  if (!hardware.interconnect.empty()) return resolve_interconnect(hardware.interconnect);
+  Interconnect link = interconnect_for_hardware(hardware.name);
+  if (!hardware_has_interconnect(hardware.name))
+    link.description += fmt::format(" -- assumed: {} names no interconnect (give --interconnect, or "
+                                    "\"interconnect\" in its hardware JSON)",
+                                    hardware.name);
+  return link;
+}
+
 // One GPU's build_cost_models: the rank's compute at `parallel`'s shapes
 // (single_gpu: the model's own), without communication.
 CostModels rank_cost_models(const CostModelSettings& settings, const ModelSpec& model,
@@ -48,8 +74,7 @@ CostModels build_cost_models(const CostModelSettings& settings, const ModelSpec&
   CostModels out = rank_cost_models(settings, model, hardware, draft, parallel);
   out.parallel = parallel;
   if (parallel.single_gpu()) return out;
-  const Interconnect interconnect =
-      settings.interconnect ? *settings.interconnect : interconnect_for_hardware(hardware.name);
+  const Interconnect interconnect = group_interconnect(settings, hardware);
   auto parallel_target = std::make_unique<ParallelCostModel>(
       std::move(out.target), CommunicationModel(model, parallel, interconnect), parallel);
   out.communication = &parallel_target->communication();

@@ -79,6 +79,12 @@ def parallel_interconnect_table(ctx):
     expect_input_error(ctx, ["simulate", "--tensor-parallel-size", "2", "--interconnect", table], ["8"])
     s = simulate(ctx, "measured", "--model", "llama-3.1-70b", "--tensor-parallel-size", "8", "--interconnect", table)
     check(s["config"]["cost_model"]["parallel"]["communication"]["interconnect"]["measured"] is True, "not measured")
+    # nccl-tests output has no point-to-point figures: pipeline stages take the hardware's.
+    pp = simulate(ctx, "measured_pp", "--model", "llama-3.1-70b", "--tensor-parallel-size", "8",
+                  "--pipeline-parallel-size", "2", "--interconnect", table)
+    link = pp["config"]["cost_model"]["parallel"]["communication"]["interconnect"]
+    check("p2p (pipeline stages) from the nvlink4 preset of h200" in link["source"], f"{link['source']}")
+    check(abs(link["p2p"]["bandwidth_gbps"] - 370) < 1e-9, f"{link['p2p']}")
     pcie = simulate(ctx, "pcie", "--model", "llama-3.1-70b", "--tensor-parallel-size", "8", "--interconnect", "pcie4")
     check(pcie["parallel"]["communication_share"] > s["parallel"]["communication_share"], "PCIe costs less than NVLink")
     expect_input_error(ctx, ["simulate", "--interconnect", "nvlink4"], ["--interconnect applies with"])
@@ -87,10 +93,43 @@ def parallel_interconnect_table(ctx):
 
 
 @case
+def parallel_hardware_interconnect(ctx):
+    rows = {line.split()[0]: line.split() for line in ctx.ok("hardware").stdout.splitlines() if line.strip()}
+    expected = {"h100-sxm": "nvlink4", "h200": "nvlink4", "a100-80gb": "nvlink3", "b200": "nvlink5",
+                "l40s": "pcie4", "rtx-4090": "pcie4-consumer"}
+    for name, link in expected.items():
+        check(rows[name][7] == link, f"{name}: {rows[name]}")
+    check("interconnect: NVLink 4" in ctx.ok("hardware", "--sources").stdout, "--sources names no interconnect")
+
+
+@case
+def parallel_hardware_json_interconnect(ctx):
+    os.makedirs(ctx.work_dir, exist_ok=True)
+    gpu = ctx.path("gpu.json")
+    spec = '{"name": "mine", "bf16_tflops": 400, "memory_bandwidth_gbps": 2000, "memory_gb": 80'
+    with open(gpu, "w") as f:
+        f.write(spec + "}")
+    flags = ["--model", "llama-3.1-8b", "--hardware", gpu, "--tensor-parallel-size", "2"]
+    assumed = simulate(ctx, "assumed", *flags)
+    link = assumed["config"]["cost_model"]["parallel"]["communication"]["interconnect"]
+    check(link["name"] == "pcie4" and "assumed: mine names no interconnect" in link["description"], f"{link}")
+    with open(gpu, "w") as f:
+        f.write(spec + ', "interconnect": "nvlink4"}')
+    named = simulate(ctx, "named", *flags)
+    check(named["config"]["cost_model"]["parallel"]["communication"]["interconnect"]["name"] == "nvlink4", "not nvlink4")
+    check(named["parallel"]["communication_share"] < assumed["parallel"]["communication_share"], "NVLink not cheaper")
+    with open(gpu, "w") as f:
+        f.write(spec + ', "interconnect": "ethernet"}')
+    expect_input_error(ctx, ["simulate", *flags], [gpu, "'interconnect' is 'ethernet'"])
+
+
+@case
 def parallel_bad_flags(ctx):
     expect_input_error(ctx, ["simulate", "--tensor-parallel-size", "3"], ["--tensor-parallel-size 3", "32 attention heads"])
     expect_input_error(ctx, ["simulate", "--pipeline-parallel-size", "5"], ["--pipeline-parallel-size 5", "32 layers"])
     expect_input_error(ctx, ["simulate", "--tensor-parallel-size", "0"], ["--tensor-parallel-size must be in 1 .. 64"])
+    expect_input_error(ctx, ["simulate", "--model", "llama-3.1-70b", "--tensor-parallel-size", "16"],
+                       ["across nodes is not modelled"])
     expect_input_error(ctx, ["simulate", "--tensor-parallel-size", "two"], ["tensor-parallel-size"])
     expect_input_error(ctx, ["simulate", "--pipeline-parallel-size", "2", "--num-speculative-tokens", "2",
                              "--self-draft-layers", "4", "--acceptance-rate", "0.7"], ["pipeline-parallel-size > 1"])
@@ -151,6 +190,8 @@ def capacity_search_grid(ctx):
 @case
 def capacity_bad_flags(ctx):
     expect_input_error(ctx, ["capacity"], ["at least one SLO"])
+    expect_input_error(ctx, ["capacity", "--search", "--search-tensor-parallel-size", "1,2"], ["at least one SLO"])
+    expect_input_error(ctx, ["capacity", "--slo-ttft", "1s", "--tolerance", "1e-20"], ["--tolerance"])
     expect_input_error(ctx, ["capacity", "--slo-ttft", "1s", "--slo-attainment", "0"], ["--slo-attainment must be in (0, 1]"])
     expect_input_error(ctx, ["capacity", "--slo-ttft", "1s", "--slo-attainment", "1.2"], ["--slo-attainment"])
     expect_input_error(ctx, ["capacity", "--slo-ttft", "1s", "--arrival", "closed", "--concurrency", "4"],

@@ -56,6 +56,13 @@ TEST_CASE("Capacity finds where queueing starts: one request's service time", "[
   CHECK(r.max_request_rate <= 1.0 / service_s * 1.0005);
   CHECK(r.limiting_slo == "ttft");
   CHECK(r.bound_by == "compute");
+  CHECK(r.warnings.empty());  // 40 requests arrive over 40 service times
+  // Five arrive over five: the answer is a burst's, and capacity says so.
+  SimulationSetup few = setup;
+  few.workload.num_requests = 5;
+  const CapacityResult burst = find_capacity(few, costs, options(1.0));
+  REQUIRE(burst.warnings.size() == 1);
+  CHECK_THAT(burst.warnings[0], Catch::Contains("raise --num-requests"));
   // Constant arrivals and fixed lengths: every seed is the same workload.
   const CapacityResult three = find_capacity(setup, costs, options(1.0, 3));
   CHECK(three.min_rate == three.max_rate);
@@ -93,6 +100,9 @@ TEST_CASE("Capacity refuses what it cannot search", "[capacity]") {
   setup.slo.ttft_s = 1.0;
   CHECK_THROWS_WITH(find_capacity(setup, costs, options(0)), Catch::Contains("--slo-attainment must be in (0, 1]"));
   CHECK_THROWS_WITH(find_capacity(setup, costs, options(1.5)), Catch::Contains("--slo-attainment"));
+  CapacityOptions fine = options(0.99);
+  fine.tolerance = 1e-9;
+  CHECK_THROWS_WITH(find_capacity(setup, costs, fine), Catch::Contains("--tolerance must be in [1e-6, 1)"));
   setup.workload.arrival = ArrivalProcess::Closed;
   setup.workload.concurrency = 4;
   CHECK_THROWS_WITH(find_capacity(setup, costs, options(0.99)), Catch::Contains("--arrival closed has none"));

@@ -133,6 +133,9 @@ TEST_CASE("Communication: 2L + 1 all-reduces of T d b bytes, the logits' gather,
   CHECK(p.stage_transfer == Approx(3 * nv.send_seconds(2.0 * 1000 * 4096 * 2)).epsilon(1e-12));
   // TP 1 x PP 1 communicates nothing.
   CHECK(CommunicationModel(m, {}, nv).seconds(batch) == 0);
+  // A preset is one node: TP 16 would cross nodes.
+  CHECK_THROWS_WITH(CommunicationModel(m, {16, 1}, nv),
+                    Catch::Contains("--tensor-parallel-size 16") && Catch::Contains("across nodes is not modelled"));
 }
 
 TEST_CASE("A TP group costs one rank's roofline at the sharded shapes plus its communication", "[parallel]") {
