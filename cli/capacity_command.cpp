@@ -205,6 +205,9 @@ int capacity_command(int argc, const char* const* argv) {
     if (out_dir) {
       write_file(*out_dir / "search.csv", csv.str());
       write_file(*out_dir / "capacity.json", j.dump(2) + "\n");
+      if (!quiet)
+        std::fprintf(stderr, "capacity: draw the front with /usr/bin/python3 scripts/plot_pareto.py %s %s\n",
+                     (*out_dir / "search.csv").c_str(), (*out_dir / "pareto.png").c_str());
     }
     if (vm.count("json")) {
       std::cout << j.dump(2) << "\n";
