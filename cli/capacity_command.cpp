@@ -3,6 +3,7 @@
 // cost that rate needs; with --search, that capacity over a grid and its
 // Pareto front (cli/capacity_search.h).
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -12,10 +13,12 @@
 
 #include <fmt/format.h>
 
-#include "engine/capacity_search.h"
+#include "cli/capacity_merge.h"
 #include "cli/commands.h"
 #include "cli/output.h"
 #include "cli/simulation_flags.h"
+#include "cli/sweep_output.h"
+#include "engine/capacity_search.h"
 #include "sim/errors.h"
 
 namespace servesim::cli {
@@ -42,6 +45,9 @@ po::options_description capacity_options() {
       ("search-quantization", po::value<std::string>(), "with --search: e.g. none,fp8,w4a16")
       ("search-max-num-seqs", po::value<std::string>(), "with --search: e.g. 64,128,256")
       ("search-max-num-batched-tokens", po::value<std::string>(), "with --search: e.g. 2048,8192")
+      ("shard", po::value<std::string>(),
+       "with --search: I/N, search only the points whose grid index is I mod N (0 <= I < N), for a cluster; "
+       "join the shards' --out folders with `servesim capacity merge DIR...` (docs/cluster.md)")
       ("out", po::value<std::string>(), "write capacity.json (and search.csv with --search) here")
       ("json", "print capacity.json to stdout instead of the table")
       ("quiet,q", "no progress on stderr");
@@ -103,15 +109,11 @@ void print_capacity(const CapacityResult& c, const CapacityOptions& o, const nlo
   }
 }
 
-void write_file(const std::filesystem::path& path, const std::string& text) {
-  std::ofstream out(path);
-  out << text;
-  if (!out) throw std::runtime_error("cannot write " + path.string());
-}
 
 }  // namespace
 
 int capacity_command(int argc, const char* const* argv) {
+  if (argc >= 2 && std::strcmp(argv[1], "merge") == 0) return capacity_merge_command(argc - 1, argv + 1);
   po::options_description general = simulation_model_options(
       "servesim capacity: the highest request rate a deployment serves within its SLOs\n\nGeneral");
   general.add_options()("help,h", "show this help");
@@ -133,7 +135,7 @@ int capacity_command(int argc, const char* const* argv) {
   options.validate();
   const bool search = vm.count("search") > 0;
   for (const char* flag : {"search-tensor-parallel-size", "search-quantization", "search-max-num-seqs",
-                           "search-max-num-batched-tokens"})
+                           "search-max-num-batched-tokens", "shard"})
     if (vm.count(flag) && !search) throw InputError(fmt::format("--{} applies with --search", flag));
   if (vm.count("gpu-hour-price") && !vm.count("target-rate"))
     throw InputError("--gpu-hour-price applies with --target-rate");
@@ -179,29 +181,32 @@ int capacity_command(int argc, const char* const* argv) {
                                           std::vector<int32_t>{setup.scheduler.max_num_batched_tokens.value_or(0)},
                                           parse_int_list);
     for (const std::string& q : axes.quantization) parse_weight_quantization(q);  // a bad name fails now
-    std::vector<SearchPoint> points = search_capacity(setup, axes, options, [&](int done, int total) {
-      if (!quiet)
-        std::fprintf(stderr, "%scapacity: %d/%d points%s", terminal ? "\r" : "", done, total, terminal ? "" : "\n");
-    });
+    std::optional<SweepShard> shard;
+    if (vm.count("shard")) shard = parse_shard(vm["shard"].as<std::string>(), "--shard");
+    const size_t grid_size = search_grid(setup, axes).size();
+    if (shard && shard->index >= grid_size)
+      throw InputError(fmt::format("--shard {}/{}: the grid has only {} points, none of them this shard's",
+                                   shard->index, shard->count, grid_size));
+    nlohmann::json rows = search_capacity(
+        setup, axes, options,
+        [&](int done, int total) {
+          if (!quiet)
+            std::fprintf(stderr, "%scapacity: %d/%d points%s", terminal ? "\r" : "", done, total,
+                         terminal ? "" : "\n");
+        },
+        shard ? std::function<bool(size_t)>([&](size_t i) { return shard->holds(i); }) : nullptr);
     if (!quiet && terminal) std::fprintf(stderr, "\n");
     std::ostringstream csv;
-    write_search_csv(csv, points);
-    nlohmann::json j = {{"search", nlohmann::json::array()}, {"attainment_target", options.attainment}};
-    for (const SearchPoint& p : points) {
-      nlohmann::json row = {{"tensor_parallel_size", p.tensor_parallel_size},
-                            {"pipeline_parallel_size", p.pipeline_parallel_size}, {"quantization", p.quantization},
-                            {"max_num_seqs", p.max_num_seqs}, {"max_num_batched_tokens", p.max_num_batched_tokens},
-                            {"gpus", p.gpus()}, {"pareto_tpot", p.pareto_tpot}, {"pareto_ttft", p.pareto_ttft}};
-      if (p.capacity) {
-        row["capacity"] = capacity_to_json(*p.capacity, options);
-        row["max_request_rate"] = p.capacity->max_request_rate;
-        row["rate_per_gpu"] = p.rate_per_gpu();
-        row["output_tokens_per_s_per_gpu"] = p.output_tokens_per_s_per_gpu();
-      } else {
-        row["error"] = p.error;
-      }
-      j["search"].push_back(row);
-    }
+    write_search_csv(csv, rows);
+    nlohmann::json j = {{"search", rows}, {"attainment_target", options.attainment}};
+    if (shard)
+      j["shard"] = {{"index", shard->index},
+                    {"count", shard->count},
+                    {"grid_points", grid_size},
+                    {"command", search_identity(argc, argv)},
+                    {"meaning", "one shard of a capacity search: `servesim capacity merge DIR...` joins every "
+                                "shard's folder into the search.csv and capacity.json of the whole grid; the "
+                                "fronts here are among this shard's points"}};
     if (out_dir) {
       write_file(*out_dir / "search.csv", csv.str());
       write_file(*out_dir / "capacity.json", j.dump(2) + "\n");

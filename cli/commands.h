@@ -12,6 +12,8 @@ int validate_command(int argc, const char* const* argv);
 // `program` is servesim's argv[0]: sweep runs each point as a child process of
 // this binary (/proc/self/exe where readable, else `program`).
 int sweep_command(int argc, const char* const* argv, const char* program);
+// `servesim sweep merge DIR...` (sweep_command hands it its arguments).
+int sweep_merge_command(int argc, const char* const* argv);
 int capacity_command(int argc, const char* const* argv);
 int models_command(int argc, const char* const* argv);
 int hardware_command(int argc, const char* const* argv);

@@ -99,14 +99,6 @@ class Progress {
   const bool quiet_, terminal_;
 };
 
-// Runs points[first..] on `jobs` threads, each driving one child at a time.
-void run_points(const Executable& exe, std::vector<Point>& points, size_t first, size_t jobs, Progress& progress) {
-  run_parallel(first, points.size(), jobs, [&](size_t i) {
-    run_point(exe, points[i]);
-    progress.point_done();
-  });
-}
-
 // ------------------------------------------------------------ flags
 
 constexpr const char* kUsage =
@@ -147,6 +139,7 @@ struct SweepOptions {
   size_t jobs = 1;
   std::string out_dir;
   bool keep_points = false, json = false, quiet = false;
+  std::optional<SweepShard> shard;  // --shard I/N: only those points
 };
 
 // Parses sweep's own flags (before `--`); nullopt after printing --help.
@@ -178,6 +171,9 @@ std::optional<SweepOptions> parse_sweep_flags(int argc, const char* const* argv)
        "tpot_p90_s<=50ms, ttft_p99_s<=1s; others plain numbers: requests_rejected<=0")
       ("out", po::value<std::string>()->default_value("runs/sweep"), "write sweep.csv and sweep.json here")
       ("keep-points", "also keep every point's own outputs (simulate --out) in OUT/points/INDEX")
+      ("shard", po::value<std::string>(),
+       "I/N: run only the points whose grid index is I mod N (0 <= I < N), for a cluster; OUT/sweep.json "
+       "then holds them for `servesim sweep merge DIR...` (docs/cluster.md)")
       ("json", "print sweep.json to stdout instead of the table")
       ("quiet,q", "no progress on stderr");
 
@@ -215,6 +211,12 @@ std::optional<SweepOptions> parse_sweep_flags(int argc, const char* const* argv)
   s.keep_points = vm.count("keep-points") > 0;
   s.json = vm.count("json") > 0;
   s.quiet = vm.count("quiet") > 0;
+  if (vm.count("shard")) {
+    s.shard = parse_shard(vm["shard"].as<std::string>(), "--shard");
+    if (s.keep_points)
+      throw InputError("--keep-points with --shard: a point's folder would be on the shard's machine, out of the "
+                       "merged sweep's reach; drop one");
+  }
 
   // The simulate flags may not set what sweep sets, nor an axis.
   for (const std::string& arg : s.base) {
@@ -272,53 +274,39 @@ void check_first_point(const SweepOptions& s, const Point& first) {
 }  // namespace
 
 int sweep_command(int argc, const char* const* argv, const char* program) {
+  if (argc >= 2 && std::strcmp(argv[1], "merge") == 0) return sweep_merge_command(argc - 1, argv + 1);
   const std::optional<SweepOptions> options = parse_sweep_flags(argc, argv);
   if (!options) return 0;  // --help
   const SweepOptions& s = *options;
   std::vector<Point> points = make_points(s);
 
-  // The first point alone: bad input shared by every point (a bad simulate
-  // flag, an unknown axis flag) then stops the sweep with simulate's message
-  // instead of filling every row with it.
+  // The first point alone (of the shard's): bad input shared by every point
+  // (a bad simulate flag, an unknown axis flag) then stops the sweep with
+  // simulate's message instead of filling every row with it.
   const Executable exe = self_executable(program);
+  std::vector<size_t> mine;
+  for (size_t i = 0; i < points.size(); ++i)
+    if (!s.shard || s.shard->holds(i)) mine.push_back(i);
+  if (mine.empty())
+    throw InputError(fmt::format("--shard {}/{}: the grid has only {} points, none of them this shard's",
+                                 s.shard->index, s.shard->count, points.size()));
   if (!s.quiet)
-    std::fprintf(stderr, "sweep: %zu points, %zu at once\n", points.size(), std::min(s.jobs, points.size()));
+    std::fprintf(stderr, "sweep: %zu points%s, %zu at once\n", mine.size(),
+                 s.shard ? fmt::format(" (shard {}/{} of {})", s.shard->index, s.shard->count, points.size()).c_str()
+                         : "",
+                 std::min(s.jobs, mine.size()));
   {
-    Progress progress(points.size(), s.quiet);
-    run_point(exe, points[0]);
-    check_first_point(s, points[0]);
+    Progress progress(mine.size(), s.quiet);
+    run_point(exe, points[mine[0]]);
+    check_first_point(s, points[mine[0]]);
     progress.point_done();
-    run_points(exe, points, 1, s.jobs, progress);
+    run_parallel(1, mine.size(), s.jobs, [&](size_t k) {
+      run_point(exe, points[mine[k]]);
+      progress.point_done();
+    });
   }
-
-  std::vector<PointOutcome> outcomes;
-  for (Point& p : points) outcomes.push_back(std::move(p.outcome));
-  const std::vector<size_t> ranking = rank_points(outcomes, s.objective, s.constraints);
-  for (size_t i = 0; i < points.size(); ++i) points[i].outcome = std::move(outcomes[i]);
-
-  std::error_code ec;
-  fs::create_directories(s.out_dir, ec);
-  if (ec) throw InputError(fmt::format("--out: cannot create folder '{}': {}", s.out_dir, ec.message()));
-  const nlohmann::json report = sweep_json(s.axes, s.base, s.objective, s.constraints, points, ranking);
-  write_file(fs::path(s.out_dir) / "sweep.csv", sweep_csv(s.axes, points));
-  write_file(fs::path(s.out_dir) / "sweep.json", report.dump(2) + "\n");
-  if (s.json)
-    std::cout << report.dump(2) << "\n";
-  else
-    print_table(s.axes, s.objective, s.constraints, points, ranking, s.out_dir);
-  std::cout.flush();
-
-  const size_t failed =
-      size_t(std::count_if(points.begin(), points.end(), [](const Point& p) { return !p.outcome.ok; }));
-  if (failed == points.size()) {
-    // Not bad input (the first point would have said so): every run failed.
-    std::fprintf(stderr, "servesim sweep: error: every point failed; the first: %s\n", points[0].error.c_str());
-    return 1;
-  }
-  if (failed > 0)
-    std::fprintf(stderr, "sweep: %zu of %zu points failed; see the error column of %s/sweep.csv\n", failed,
-                 points.size(), s.out_dir.c_str());
-  return 0;
+  if (s.shard) return finish_shard(s.axes, s.base, s.objective, s.constraints, points, *s.shard, s.out_dir, s.json);
+  return finish_sweep(s.axes, s.base, s.objective, s.constraints, points, s.out_dir, s.json);
 }
 
 }  // namespace servesim::cli

@@ -197,4 +197,94 @@ void write_file(const std::filesystem::path& path, const std::string& text) {
   if (!f) throw InputError(fmt::format("{}: cannot write", path.string()));
 }
 
+SweepShard parse_shard(const std::string& text, const std::string& flag) {
+  const size_t slash = text.find('/');
+  size_t index = 0, count = 0, used_i = 0, used_n = 0;
+  bool ok = slash != std::string::npos && slash > 0 && slash + 1 < text.size();
+  if (ok) {
+    try {
+      index = std::stoul(text.substr(0, slash), &used_i);
+      count = std::stoul(text.substr(slash + 1), &used_n);
+    } catch (const std::exception&) {
+      ok = false;
+    }
+  }
+  ok = ok && used_i == slash && used_n == text.size() - slash - 1 && text[0] != '-' && text[slash + 1] != '-';
+  if (!ok || count < 1 || index >= count)
+    throw InputError(fmt::format("{} '{}': expected I/N with 0 <= I < N (shard I of N, as Slurm's "
+                                 "SLURM_ARRAY_TASK_ID of --array=0-(N-1))",
+                                 flag, text));
+  return SweepShard{index, count};
+}
+
+int finish_sweep(const std::vector<GridAxis>& axes, const std::vector<std::string>& base,
+                 const Objective& objective, const std::vector<Constraint>& constraints, std::vector<Point>& points,
+                 const std::string& out_dir, bool json) {
+  std::vector<PointOutcome> outcomes;
+  for (Point& p : points) outcomes.push_back(std::move(p.outcome));
+  const std::vector<size_t> ranking = rank_points(outcomes, objective, constraints);
+  for (size_t i = 0; i < points.size(); ++i) points[i].outcome = std::move(outcomes[i]);
+
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  if (ec) throw InputError(fmt::format("--out: cannot create folder '{}': {}", out_dir, ec.message()));
+  const nlohmann::json report = sweep_json(axes, base, objective, constraints, points, ranking);
+  write_file(std::filesystem::path(out_dir) / "sweep.csv", sweep_csv(axes, points));
+  write_file(std::filesystem::path(out_dir) / "sweep.json", report.dump(2) + "\n");
+  if (json)
+    std::cout << report.dump(2) << "\n";
+  else
+    print_table(axes, objective, constraints, points, ranking, out_dir);
+  std::cout.flush();
+
+  const size_t failed =
+      size_t(std::count_if(points.begin(), points.end(), [](const Point& p) { return !p.outcome.ok; }));
+  if (failed == points.size()) {
+    // Not bad input (the first point would have said so): every run failed.
+    std::fprintf(stderr, "servesim sweep: error: every point failed; the first: %s\n", points[0].error.c_str());
+    return 1;
+  }
+  if (failed > 0)
+    std::fprintf(stderr, "sweep: %zu of %zu points failed; see the error column of %s/sweep.csv\n", failed,
+                 points.size(), out_dir.c_str());
+  return 0;
+}
+
+int finish_shard(const std::vector<GridAxis>& axes, const std::vector<std::string>& base,
+                 const Objective& objective, const std::vector<Constraint>& constraints,
+                 const std::vector<Point>& grid, const SweepShard& shard, const std::string& out_dir, bool json) {
+  std::vector<Point> mine;
+  std::vector<size_t> indices;
+  for (size_t i = 0; i < grid.size(); ++i)
+    if (shard.holds(i)) {
+      mine.push_back(grid[i]);
+      indices.push_back(i);
+    }
+  std::vector<PointOutcome> outcomes;
+  for (Point& p : mine) outcomes.push_back(std::move(p.outcome));
+  const std::vector<size_t> ranking = rank_points(outcomes, objective, constraints);
+  for (size_t i = 0; i < mine.size(); ++i) mine[i].outcome = std::move(outcomes[i]);
+  nlohmann::json report = sweep_json(axes, base, objective, constraints, mine, ranking);
+  for (size_t i = 0; i < mine.size(); ++i) report["points"][i]["index"] = indices[i];
+  report["shard"] = {{"index", shard.index},
+                     {"count", shard.count},
+                     {"grid_points", grid.size()},
+                     {"points", indices},
+                     {"meaning", "one shard of a sweep: `servesim sweep merge` joins every shard's folder into "
+                                 "the sweep.csv and sweep.json of the whole grid; ranking here is within the "
+                                 "shard"}};
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  if (ec) throw InputError(fmt::format("--out: cannot create folder '{}': {}", out_dir, ec.message()));
+  write_file(std::filesystem::path(out_dir) / "sweep.csv", sweep_csv(axes, mine));
+  write_file(std::filesystem::path(out_dir) / "sweep.json", report.dump(2) + "\n");
+  if (json) std::cout << report.dump(2) << "\n";
+  else
+    std::cout << fmt::format("sweep: shard {}/{}: {} of {} points; join the shards with `servesim sweep merge "
+                             "DIR...` (this one: {})\n",
+                             shard.index, shard.count, mine.size(), grid.size(), out_dir);
+  const bool all_failed = std::none_of(mine.begin(), mine.end(), [](const Point& p) { return p.outcome.ok; });
+  return !mine.empty() && all_failed ? 1 : 0;
+}
+
 }  // namespace servesim::cli

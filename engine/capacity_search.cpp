@@ -9,13 +9,6 @@
 
 namespace servesim {
 
-double SearchPoint::rate_per_gpu() const { return capacity ? capacity->max_request_rate / gpus() : 0.0; }
-
-double SearchPoint::output_tokens_per_s_per_gpu() const {
-  if (!capacity) return 0.0;
-  return capacity->seeds[capacity->median_seed].at_max.summary.output_tokens_per_s / gpus();
-}
-
 std::vector<int32_t> parse_int_list(const std::string& text, const std::string& flag) {
   std::vector<int32_t> out;
   for (const std::string& item : parse_name_list(text, flag)) {
@@ -44,6 +37,23 @@ std::vector<std::string> parse_name_list(const std::string& text, const std::str
   return out;
 }
 
+std::vector<SearchPoint> search_grid(const SimulationSetup& base, const SearchAxes& axes) {
+  std::vector<SearchPoint> points;
+  for (int32_t tp : axes.tensor_parallel_size)
+    for (const std::string& q : axes.quantization)
+      for (int32_t seqs : axes.max_num_seqs)
+        for (int32_t budget : axes.max_num_batched_tokens) {
+          SearchPoint p;
+          p.tensor_parallel_size = tp;
+          p.pipeline_parallel_size = base.parallel.pipeline_parallel_size;
+          p.quantization = q;
+          p.max_num_seqs = seqs;
+          p.max_num_batched_tokens = budget;
+          points.push_back(p);
+        }
+  return points;
+}
+
 namespace {
 
 SearchPoint evaluate(const SimulationSetup& base, SearchPoint point, const CapacityOptions& options) {
@@ -68,55 +78,72 @@ SearchPoint evaluate(const SimulationSetup& base, SearchPoint point, const Capac
   return point;
 }
 
+const nlohmann::json& at_capacity(const nlohmann::json& row) { return row["capacity"]["at_capacity"]; }
+
 }  // namespace
 
-std::vector<SearchPoint> search_capacity(const SimulationSetup& base, const SearchAxes& axes,
-                                         const CapacityOptions& options,
-                                         const std::function<void(int, int)>& progress) {
-  options.validate();
-  check_capacity_setup(base);
-  std::vector<SearchPoint> points;
-  for (int32_t tp : axes.tensor_parallel_size)
-    for (const std::string& q : axes.quantization)
-      for (int32_t seqs : axes.max_num_seqs)
-        for (int32_t budget : axes.max_num_batched_tokens) {
-          SearchPoint p;
-          p.tensor_parallel_size = tp;
-          p.pipeline_parallel_size = base.parallel.pipeline_parallel_size;
-          p.quantization = q;
-          p.max_num_seqs = seqs;
-          p.max_num_batched_tokens = budget;
-          points.push_back(p);
-        }
-  parallel_for(
-      int(points.size()), options.jobs,
-      [&](int i) { points[size_t(i)] = evaluate(base, points[size_t(i)], options); }, progress);
-  mark_pareto(points);
-  return points;
+nlohmann::json search_row(size_t index, const SearchPoint& p, const CapacityOptions& options) {
+  nlohmann::json row = {{"index", index},
+                        {"tensor_parallel_size", p.tensor_parallel_size},
+                        {"pipeline_parallel_size", p.pipeline_parallel_size},
+                        {"quantization", p.quantization},
+                        {"max_num_seqs", p.max_num_seqs},
+                        {"max_num_batched_tokens", p.max_num_batched_tokens},
+                        {"gpus", p.gpus()},
+                        {"pareto_tpot", false},
+                        {"pareto_ttft", false}};
+  if (!p.capacity) {
+    row["error"] = p.error;
+    return row;
+  }
+  const CapacityResult& c = *p.capacity;
+  row["capacity"] = capacity_to_json(c, options);
+  row["max_request_rate"] = c.max_request_rate;
+  row["rate_per_gpu"] = c.max_request_rate / p.gpus();
+  row["output_tokens_per_s_per_gpu"] = c.seeds[c.median_seed].at_max.summary.output_tokens_per_s / p.gpus();
+  return row;
 }
 
-void mark_pareto(std::vector<SearchPoint>& points) {
-  auto front = [&](auto latency, bool SearchPoint::*flag) {
-    for (SearchPoint& p : points) {
-      if (!p.capacity) continue;
-      const double thr = p.output_tokens_per_s_per_gpu(), lat = latency(p);
+nlohmann::json search_capacity(const SimulationSetup& base, const SearchAxes& axes, const CapacityOptions& options,
+                               const std::function<void(int, int)>& progress,
+                               const std::function<bool(size_t)>& include) {
+  options.validate();
+  check_capacity_setup(base);
+  std::vector<SearchPoint> points = search_grid(base, axes);
+  std::vector<size_t> chosen;
+  for (size_t i = 0; i < points.size(); ++i)
+    if (!include || include(i)) chosen.push_back(i);
+  parallel_for(
+      int(chosen.size()), options.jobs,
+      [&](int k) { points[chosen[size_t(k)]] = evaluate(base, points[chosen[size_t(k)]], options); }, progress);
+  nlohmann::json rows = nlohmann::json::array();
+  for (size_t i : chosen) rows.push_back(search_row(i, points[i], options));
+  mark_pareto(rows);
+  return rows;
+}
+
+void mark_pareto(nlohmann::json& rows) {
+  auto front = [&](const char* latency, const char* flag) {
+    for (nlohmann::json& p : rows) {
+      p[flag] = false;
+      if (!p.contains("capacity")) continue;
+      const double thr = p["output_tokens_per_s_per_gpu"].get<double>();
+      const double lat = at_capacity(p)[latency]["p50"].get<double>();
       bool dominated = false;
-      for (const SearchPoint& q : points) {
-        if (&q == &p || !q.capacity) continue;
-        const double qt = q.output_tokens_per_s_per_gpu(), ql = latency(q);
+      for (const nlohmann::json& q : rows) {
+        if (&q == &p || !q.contains("capacity")) continue;
+        const double qt = q["output_tokens_per_s_per_gpu"].get<double>();
+        const double ql = at_capacity(q)[latency]["p50"].get<double>();
         if (qt >= thr && ql <= lat && (qt > thr || ql < lat)) {
           dominated = true;
           break;
         }
       }
-      p.*flag = !dominated;
+      p[flag] = !dominated;
     }
   };
-  auto at_capacity = [](const SearchPoint& p) -> const RunSummary& {
-    return p.capacity->seeds[p.capacity->median_seed].at_max.summary;
-  };
-  front([&](const SearchPoint& p) { return at_capacity(p).tpot_s.p50; }, &SearchPoint::pareto_tpot);
-  front([&](const SearchPoint& p) { return at_capacity(p).ttft_s.p50; }, &SearchPoint::pareto_ttft);
+  front("tpot_s", "pareto_tpot");
+  front("ttft_s", "pareto_ttft");
 }
 
 namespace {
@@ -131,24 +158,28 @@ std::string csv_field(const std::string& s) {
 
 }  // namespace
 
-void write_search_csv(std::ostream& out, const std::vector<SearchPoint>& points) {
+void write_search_csv(std::ostream& out, const nlohmann::json& rows) {
   out << "tensor_parallel_size,pipeline_parallel_size,quantization,max_num_seqs,max_num_batched_tokens,gpus,"
          "max_request_rate,rate_min,rate_max,rate_per_gpu,output_tokens_per_s_per_gpu,ttft_p50_s,ttft_p90_s,"
          "tpot_p50_s,tpot_p90_s,limiting_slo,bound_by,pareto_tpot,pareto_ttft,error\n";
-  for (const SearchPoint& p : points) {
-    out << fmt::format("{},{},{},{},{},{},", p.tensor_parallel_size, p.pipeline_parallel_size, p.quantization,
-                       p.max_num_seqs, p.max_num_batched_tokens, p.gpus());
-    if (p.capacity) {
-      const CapacityResult& c = *p.capacity;
-      const RunSummary& s = c.seeds[c.median_seed].at_max.summary;
+  for (const nlohmann::json& r : rows) {
+    out << fmt::format("{},{},{},{},{},{},", r["tensor_parallel_size"].get<int>(),
+                       r["pipeline_parallel_size"].get<int>(), r["quantization"].get<std::string>(),
+                       r["max_num_seqs"].get<int>(), r["max_num_batched_tokens"].get<int>(), r["gpus"].get<int>());
+    if (r.contains("capacity")) {
+      const nlohmann::json& c = r["capacity"];
+      const nlohmann::json& at = c["at_capacity"];
+      auto num = [](const nlohmann::json& v) { return v.get<double>(); };
       out << fmt::format("{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{},{},{},{},",
-                         c.max_request_rate, c.min_rate, c.max_rate, p.rate_per_gpu(),
-                         p.output_tokens_per_s_per_gpu(), s.ttft_s.p50, s.ttft_s.p90, s.tpot_s.p50, s.tpot_s.p90,
-                         c.limiting_slo, c.bound_by, p.pareto_tpot ? 1 : 0, p.pareto_ttft ? 1 : 0);
+                         num(c["max_request_rate"]), num(c["spread"]["min"]), num(c["spread"]["max"]),
+                         num(r["rate_per_gpu"]), num(r["output_tokens_per_s_per_gpu"]), num(at["ttft_s"]["p50"]),
+                         num(at["ttft_s"]["p90"]), num(at["tpot_s"]["p50"]), num(at["tpot_s"]["p90"]),
+                         c["limit"]["slo"].get<std::string>(), c["limit"]["bound_by"].get<std::string>(),
+                         r["pareto_tpot"].get<bool>() ? 1 : 0, r["pareto_ttft"].get<bool>() ? 1 : 0);
+      out << "\n";
     } else {
-      out << ",,,,,,,,,,,0,0,";
+      out << ",,,,,,,,,,,0,0," << csv_field(r["error"].get<std::string>()) << "\n";
     }
-    out << csv_field(p.error) << "\n";
   }
 }
 

@@ -14,6 +14,7 @@ packages=(
   libfmt-dev
   python3 python3-numpy python3-matplotlib python3-pandas
   python3-nbclient python3-ipykernel python3-nbformat
+  slurm-wlm munge
 )
 
 missing=()

@@ -3,6 +3,7 @@
 // (engine/pipeline_engines.h); the Pareto search's independence of jobs.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <sstream>
 
 #include "engine/capacity_search.h"
@@ -176,19 +177,34 @@ TEST_CASE("A capacity search's points come back the same whatever the jobs", "[c
   axes.max_num_batched_tokens = {2048};
   CapacityOptions o = options(0.99, 2);
   o.tolerance = 0.02;
-  std::ostringstream serial, parallel;
+  std::ostringstream serial, parallel, merged;
   o.jobs = 1;
-  std::vector<SearchPoint> a = search_capacity(setup, axes, o, {});
+  const nlohmann::json a = search_capacity(setup, axes, o, {});
   write_search_csv(serial, a);
   o.jobs = 3;
   write_search_csv(parallel, search_capacity(setup, axes, o, {}));
   CHECK(serial.str() == parallel.str());
+  // Two shards (even and odd grid indices), joined and their fronts marked
+  // over both, make the same rows.
+  nlohmann::json rows = search_capacity(setup, axes, o, {}, [](size_t i) { return i % 2 == 0; });
+  for (const nlohmann::json& r : search_capacity(setup, axes, o, {}, [](size_t i) { return i % 2 == 1; }))
+    rows.push_back(r);
+  std::sort(rows.begin(), rows.end(), [](const nlohmann::json& x, const nlohmann::json& y) {
+    return x["index"].get<size_t>() < y["index"].get<size_t>();
+  });
+  mark_pareto(rows);
+  CHECK(rows == a);
   REQUIRE(a.size() == 4);
+  auto per_gpu = [&](size_t i) { return a[i]["rate_per_gpu"].get<double>(); };
+  auto tokens_per_gpu = [&](size_t i) { return a[i]["output_tokens_per_s_per_gpu"].get<double>(); };
   // fp8 serves more than bf16 on one GPU (its decode streams half the weights).
-  CHECK(a[1].rate_per_gpu() > a[0].rate_per_gpu());
+  CHECK(per_gpu(1) > per_gpu(0));
+  CHECK(per_gpu(2) * 2 == Approx(a[2]["max_request_rate"].get<double>()).epsilon(1e-12));
   int on_front = 0;
-  for (const SearchPoint& p : a) on_front += p.pareto_tpot ? 1 : 0;
+  for (const nlohmann::json& r : a) on_front += r["pareto_tpot"].get<bool>() ? 1 : 0;
   CHECK(on_front >= 1);
-  // A dominated point is not on the front: TP 2 in bf16 serves less per GPU than fp8 at TP 2 ...
-  CHECK(a[2].output_tokens_per_s_per_gpu() < a[3].output_tokens_per_s_per_gpu());
+  // TP 2 in bf16 serves less per GPU than fp8 at TP 2 at no better TPOT: not on the front.
+  CHECK(tokens_per_gpu(2) < tokens_per_gpu(3));
+  if (a[2]["capacity"]["at_capacity"]["tpot_s"]["p50"] >= a[3]["capacity"]["at_capacity"]["tpot_s"]["p50"])
+    CHECK_FALSE(a[2]["pareto_tpot"].get<bool>());
 }
