@@ -115,6 +115,16 @@ validate llama-3.1-8b "light:5:40,near-saturation:60:200,overloaded:240:200" 130
 step prefix-caching 200 /usr/bin/env python3 "$repo/experiments/prefix_caching/validate.py" --servesim "$servesim" \
   --device cuda --model llama-3.1-8b --profile "$work/validation/llama-3.1-8b/profile.json" \
   --out "$work/prefix_caching" --attempts 1 --predict-draws 11
+# Tensor parallelism's calibrated path (docs/parallelism.md): one rank of
+# llama-3.1-70b at TP 8 (8 heads, 1 KV head, MLP 3584, 16032 vocabulary rows:
+# 17.6 GB of bf16 weights) timed on this one GPU, then a TP 8 prediction from
+# that profile (communication analytic, nvlink4) beside the roofline's.
+step tensor-parallel 120 bash -c "'$servesim' calibrate --device cuda --quick --model llama-3.1-70b \
+    --tensor-parallel-size 8 --max-num-batched-tokens 2048 --max-context 2048 --out '$work/tp8/profile.json' && \
+  '$servesim' simulate --profile '$work/tp8/profile.json' --hardware h200 --num-requests 300 --rate 4 \
+    --out '$work/tp8/profile_prediction' -q && \
+  '$servesim' simulate --model llama-3.1-70b --hardware h200 --tensor-parallel-size 8 --num-requests 300 \
+    --rate 4 --out '$work/tp8/roofline_prediction' -q"
 nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv >>"$out/log.txt" 2>&1
 
 kill "$dmon" 2>/dev/null
