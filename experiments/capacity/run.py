@@ -18,6 +18,12 @@ Writes into --out:
                   --gpu-hour-price 3.5`: replicas, GPUs, cost per hour and per million output tokens (the price is
                   an illustrative assumption, not a quote)
   fleet.json      the same with that run's capacity, spread, limit and latencies at capacity
+  search_1000_requests.csv, search_3000_requests.csv
+                  the same search with 1000 and 3000 requests per probe instead of 6000 (is 6000 enough?)
+  side_runs.csv   the figures the README cites beyond the search, each with the servesim command that gives it:
+                  one sequence's TPOT per TP degree (fp8), the fp8 weights, the mean running sequences at
+                  capacity, TP 8 fp8's max-num-seqs 64 against 256 at 17 req/s, and the token budget at 512
+                  and 8192 for the best configuration
   metadata.json   the commit, the machine, the command, the workload's source, the run time
 
 Usage: experiments/capacity/run.py [--servesim BIN] [--out DIR] [--scratch DIR]
@@ -43,15 +49,30 @@ MODEL = "llama-3.1-70b"
 HARDWARE = "h200"
 TRACE = "data/traces/azure_conv_2023.csv"  # relative to ROOT: servesim runs there, so its JSON names it so
 FALLBACK_LENGTHS = ["--prompt-len", "lognormal:1024:1.0:16:8192", "--output-len", "lognormal:256:1.0:1:2048"]
-SLOS = ["--slo-ttft", "1s", "--slo-tpot", "50ms", "--slo-attainment", "0.99"]
+SLO_TARGETS = ["--slo-ttft", "1s", "--slo-tpot", "50ms"]
+SLOS = [*SLO_TARGETS, "--slo-attainment", "0.99"]
 # 6000 requests: at ~10 req/s ten minutes of simulated arrivals, so the 1% of misses the SLO allows
 # is 60 requests, not a handful; the seeds' spread is the noise that is left.
-SEARCH = ["--num-requests", "6000", "--seeds", "3", "--tolerance", "0.02"]
+NUM_REQUESTS = 6000
 TENSOR_PARALLEL = "1,2,4,8"
 QUANTIZATION = "none,fp8"
 MAX_NUM_SEQS = "64,256"
 TARGET_RATE = 100.0
 GPU_HOUR_PRICE = 3.5  # an illustrative price per GPU-hour, not a quote
+# Side runs. Fewer requests per probe: does the ranking hold?
+FEWER_REQUESTS = [1000, 3000]
+# One sequence alone (closed loop, one 1024/256 request): TPOT before any batching, per TP degree.
+SINGLE_SEQUENCE = ["--arrival", "closed", "--concurrency", "1", "--num-requests", "1", "--prompt-len", "fixed:1024",
+                   "--output-len", "fixed:256"]
+# TP 8 fp8, max-num-seqs 64 against 256, at one rate between their capacities (16.6 and 18.1 req/s).
+TP8_RATE = 17.0
+# The token budget of the best configuration, below and above the chunked default of 2048.
+TOKEN_BUDGETS = [512, 8192]
+
+
+def search_flags(num_requests):
+    """Requests per probe, seeds and bisection tolerance of every capacity run."""
+    return ["--num-requests", str(num_requests), "--seeds", "3", "--tolerance", "0.02"]
 
 
 def capacity(servesim, out, *flags):
@@ -65,17 +86,20 @@ def capacity(servesim, out, *flags):
         return json.load(f)
 
 
+def simulate(servesim, *flags):
+    """summary.json of one `servesim simulate` run (servesim runs in ROOT)."""
+    cmd = [servesim, "simulate", "--quiet", "--json", *flags]
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    if p.returncode != 0:
+        sys.exit(f"failed ({p.returncode}): {' '.join(cmd)}\n{p.stderr}")
+    return json.loads(p.stdout)
+
+
 def write(path, rows):
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0].keys()), lineterminator="\n")
         w.writeheader()
         w.writerows(rows)
-
-
-def tracked_files_modified():
-    """Whether the checkout's tracked files differ from its commit (the servesim built from it may too)."""
-    return bool(subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True).stdout.strip())
 
 
 def best_by_rate_per_gpu(rows):
@@ -107,6 +131,61 @@ def rate_vs_tp(rows, best):
     return out
 
 
+def side_runs(servesim, scratch, workload, common, best):
+    """The figures the README cites beyond the search: one row each (id, what, value, unit, the command)."""
+    out = []
+
+    def add(id_, what, value, unit, kind, flags):
+        out.append({"id": id_, "what": what, "value": value, "unit": unit,
+                    "command": f"servesim {kind} --quiet --json " + " ".join(flags)})
+
+    model = ["--model", MODEL, "--hardware", HARDWARE]
+    for tp in TENSOR_PARALLEL.split(","):
+        flags = [*model, "--quantization", "fp8", "--tensor-parallel-size", tp, *SINGLE_SEQUENCE]
+        s = simulate(servesim, *flags)
+        add(f"single_sequence_tpot_tp{tp}", f"TPOT of one 1024/256 request alone, TP {tp} fp8",
+            f"{1e3 * s['tpot_s']['p50']:.4g}", "ms", "simulate", flags)
+        if tp == "1":
+            add("fp8_weights", "llama-3.1-70b weights with --quantization fp8 (all ranks together)",
+                f"{s['config']['model']['weight_bytes'] / 1e9:.4g}", "GB", "simulate", flags)
+
+    config = ["--tensor-parallel-size", best["tensor_parallel_size"], "--quantization", best["quantization"],
+              "--max-num-seqs", best["max_num_seqs"]]
+    flags = [*model, *workload, *config, "--rate", best["max_request_rate"], "--seed", "0"]
+    s = simulate(servesim, *flags)
+    name = f"TP {best['tensor_parallel_size']} {best['quantization']} max-num-seqs {best['max_num_seqs']}"
+    add("best_mean_running", f"{name} at its capacity, seed 0: mean running sequences per step",
+        f"{s['mean_batch']['sequences']:.4g}", "sequences", "simulate", flags)
+
+    for seqs in MAX_NUM_SEQS.split(","):
+        flags = [*model, *workload, "--tensor-parallel-size", "8", "--quantization", "fp8", "--max-num-seqs", seqs,
+                 "--rate", f"{TP8_RATE:g}", "--seed", "0"]
+        s = simulate(servesim, *flags)
+        what = f"TP 8 fp8 max-num-seqs {seqs} at {TP8_RATE:g} req/s, seed 0"
+        add(f"tp8_fp8_{seqs}_mean_running", f"{what}: mean running sequences per step",
+            f"{s['mean_batch']['sequences']:.4g}", "sequences", "simulate", flags)
+        add(f"tp8_fp8_{seqs}_queueing_p99", f"{what}: queueing P99", f"{s['queueing_s']['p99']:.4g}", "s",
+            "simulate", flags)
+        add(f"tp8_fp8_{seqs}_attainment", f"{what}: fraction meeting both SLOs", f"{s['slo_attainment']:.4g}", "",
+            "simulate", flags)
+
+    for budget in TOKEN_BUDGETS:
+        flags = [*common, *config, "--max-num-batched-tokens", str(budget)]
+        c = capacity(servesim, os.path.join(scratch, f"budget_{budget}"), *flags)
+        what = f"{name} with --max-num-batched-tokens {budget}"
+        add(f"budget_{budget}_rate", f"{what}: capacity (median of the seeds)", f"{c['max_request_rate']:.6g}",
+            "req/s", "capacity", flags)
+        add(f"budget_{budget}_rate_min", f"{what}: lowest seed's capacity", f"{c['spread']['min']:.6g}", "req/s",
+            "capacity", flags)
+        add(f"budget_{budget}_rate_max", f"{what}: highest seed's capacity", f"{c['spread']['max']:.6g}", "req/s",
+            "capacity", flags)
+        add(f"budget_{budget}_limiting_slo", f"{what}: the SLO that binds", c["limit"]["slo"], "", "capacity", flags)
+        for slo in ("ttft", "tpot"):
+            add(f"budget_{budget}_{slo}_misses", f"{what}: {slo.upper()} misses at capacity (median seed, of "
+                f"{c['at_capacity']['submitted']})", c["at_capacity"]["misses"][slo], "requests", "capacity", flags)
+    return out
+
+
 def main():
     started = time.monotonic()
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -122,13 +201,14 @@ def main():
     lengths = ["--lengths-from-trace", TRACE] if have_trace else FALLBACK_LENGTHS
     if not have_trace:
         print(f"{TRACE} is missing: lognormal lengths (prompts 1024, outputs 256) instead", file=sys.stderr)
-    common = ["--model", MODEL, "--hardware", HARDWARE, *lengths, *SLOS, *SEARCH]
+    common = ["--model", MODEL, "--hardware", HARDWARE, *lengths, *SLOS, *search_flags(NUM_REQUESTS)]
+    grid = ["--search", "--search-tensor-parallel-size", TENSOR_PARALLEL, "--search-quantization", QUANTIZATION,
+            "--search-max-num-seqs", MAX_NUM_SEQS]
 
     print(f"search: TP {TENSOR_PARALLEL} x quantization {QUANTIZATION} x max-num-seqs {MAX_NUM_SEQS}",
           file=sys.stderr, flush=True)
     search_dir = os.path.join(opts.scratch, "search")
-    capacity(servesim, search_dir, *common, "--search", "--search-tensor-parallel-size", TENSOR_PARALLEL,
-             "--search-quantization", QUANTIZATION, "--search-max-num-seqs", MAX_NUM_SEQS)
+    capacity(servesim, search_dir, *common, *grid)
     shutil.copyfile(os.path.join(search_dir, "search.csv"), os.path.join(opts.out, "search.csv"))
     with open(os.path.join(search_dir, "search.csv"), newline="") as f:
         rows = list(csv.DictReader(f))
@@ -164,14 +244,23 @@ def main():
                   f, indent=2, sort_keys=True)
         f.write("\n")
 
+    for n in FEWER_REQUESTS:
+        print(f"search with {n} requests per probe", file=sys.stderr, flush=True)
+        capacity(servesim, os.path.join(opts.scratch, f"search_{n}"), "--model", MODEL, "--hardware", HARDWARE,
+                 *lengths, *SLOS, *search_flags(n), *grid)
+        shutil.copyfile(os.path.join(opts.scratch, f"search_{n}", "search.csv"),
+                        os.path.join(opts.out, f"search_{n}_requests.csv"))
+
+    print("side runs", file=sys.stderr, flush=True)
+    workload = [*lengths, "--num-requests", str(NUM_REQUESTS), *SLO_TARGETS]
+    write(os.path.join(opts.out, "side_runs.csv"), side_runs(servesim, opts.scratch, workload, common, best))
+
     with open(os.path.join(opts.out, "metadata.json"), "w") as f:
         json.dump({"command": " ".join(sys.argv), "date": datetime.datetime.now(datetime.timezone.utc)
                    .isoformat(timespec="seconds"), "commit": provenance.commit(),
-                   "tracked_files_modified": tracked_files_modified(), "machine": provenance.machine(),
+                   "tracked_files_modified": provenance.tracked_files_modified(), "machine": provenance.machine(),
                    "lengths": TRACE if have_trace else " ".join(FALLBACK_LENGTHS),
-                   "search_command": "servesim capacity " + " ".join(
-                       [*common, "--search", "--search-tensor-parallel-size", TENSOR_PARALLEL,
-                        "--search-quantization", QUANTIZATION, "--search-max-num-seqs", MAX_NUM_SEQS]),
+                   "search_command": "servesim capacity " + " ".join([*common, *grid]),
                    "wall_s": round(time.monotonic() - started, 1),
                    "note": "datasheet predictions (roofline, default efficiencies, analytic nvlink4 all-reduce); "
                            "the machine only ran the simulator"}, f, indent=2)
@@ -180,7 +269,8 @@ def main():
           f"{best['max_num_seqs']}: {best['max_request_rate']} req/s, {best['rate_per_gpu']} per GPU; "
           f"{TARGET_RATE:g} req/s: {fleet['replicas']} x {fleet['gpus_per_replica']} = {fleet['gpus']} GPUs",
           file=sys.stderr)
-    print(f"wrote {opts.out}/{{search,rate_vs_tp,fleet}}.csv, fleet.json, metadata.json", file=sys.stderr)
+    print(f"wrote {opts.out}/{{search,rate_vs_tp,fleet,search_1000_requests,search_3000_requests,side_runs}}.csv, "
+          "fleet.json, metadata.json", file=sys.stderr)
 
 
 if __name__ == "__main__":

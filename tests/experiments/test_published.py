@@ -1,11 +1,10 @@
 """experiments/published/: measurements.csv is well formed (one published
 number a row, with its source, URL and the servesim arguments that predict
 it), and run.py, driven by a stand-in for servesim (a Python script
-answering `simulate --help` with or without --tensor-parallel-size and
-`simulate --json` with a fixed summary), turns each row into its
-prediction and error, simulates each distinct command once, and leaves the
-rows whose flag the build lacks unpredicted with a note. The predictions
-themselves are checked by running the study (experiments/published/)."""
+answering `simulate --json` with a fixed summary), turns each row into its
+prediction and error and simulates each distinct command once. The
+predictions themselves are checked by running the study
+(experiments/published/)."""
 import csv
 import json
 import os
@@ -20,16 +19,12 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 STUDY = os.path.join(ROOT, "experiments", "published", "run.py")
 MEASUREMENTS = os.path.join(ROOT, "experiments", "published", "measurements.csv")
 
-# The stand-in: --help lists --tensor-parallel-size unless FAKE_NO_TP is set;
-# every simulation appends its arguments to $FAKE_LOG and prints the same summary.
+# The stand-in: every simulation appends its arguments to $FAKE_LOG and prints the same summary.
 FAKE_SERVESIM = textwrap.dedent('''\
     #!/usr/bin/python3
     import json, os, sys
     args = sys.argv[1:]
     assert args[0] == "simulate", args
-    if "--help" in args:
-        print("  --model arg\\n" + ("" if os.environ.get("FAKE_NO_TP") else "  --tensor-parallel-size arg (=1)\\n"))
-        sys.exit(0)
     assert "--json" in args and "--quiet" in args, args
     with open(os.environ["FAKE_LOG"], "a") as f:
         f.write(" ".join(args) + "\\n")
@@ -64,7 +59,7 @@ class Measurements(unittest.TestCase):
 
 
 class Study(unittest.TestCase):
-    def run_study(self, no_tp):
+    def run_study(self):
         tmp = tempfile.mkdtemp()
         self.addCleanup(shutil.rmtree, tmp)
         fake = os.path.join(tmp, "servesim")
@@ -72,8 +67,6 @@ class Study(unittest.TestCase):
             f.write(FAKE_SERVESIM)
         os.chmod(fake, 0o755)
         env = dict(os.environ, FAKE_LOG=os.path.join(tmp, "calls.log"))
-        if no_tp:
-            env["FAKE_NO_TP"] = "1"
         out = os.path.join(tmp, "out")
         subprocess.run([sys.executable, STUDY, "--servesim", fake, "--out", out], check=True, env=env,
                        capture_output=True, text=True)
@@ -84,7 +77,7 @@ class Study(unittest.TestCase):
         return read(os.path.join(out, "results.csv")), calls, meta
 
     def test_predictions_and_errors(self):
-        results, calls, meta = self.run_study(no_tp=False)
+        results, calls, meta = self.run_study()
         measurements = {m["id"]: m for m in read(MEASUREMENTS)}
         self.assertEqual([r["id"] for r in results], list(measurements))
         for r in results:
@@ -96,20 +89,7 @@ class Study(unittest.TestCase):
             self.assertEqual(r["note"], "")
         distinct = {m["servesim_args"] for m in measurements.values()}
         self.assertEqual(len(calls), len(distinct), "each distinct command simulates once")
-        self.assertEqual(meta["servesim_lacks"], [])
-
-    def test_rows_needing_tensor_parallelism_wait_for_it(self):
-        results, calls, meta = self.run_study(no_tp=True)
-        self.assertEqual(meta["servesim_lacks"], ["--tensor-parallel-size"])
-        self.assertFalse(any("--tensor-parallel-size" in c for c in calls))
-        tp = [r for r in results if "--tensor-parallel-size" in r["command"]]
-        self.assertEqual(len(tp), 3)
-        for r in results:
-            if r in tp:
-                self.assertEqual((r["predicted"], r["error_pct"]), ("", ""))
-                self.assertIn("--tensor-parallel-size", r["note"])
-            else:
-                self.assertNotEqual(r["predicted"], "")
+        self.assertFalse(meta["what_if"])
 
 
 if __name__ == "__main__":
