@@ -140,7 +140,18 @@ po::options_description parallel_options() {
        "pipeline stages of L / PP layers, with PP batches in flight (virtual engines); must divide the layers")
       ("interconnect", po::value<std::string>(),
        "the GPUs' interconnect: a preset (nvlink3, nvlink4, nvlink5, pcie4, ...) or a measured table: a JSON "
-       "file or the output of nccl-tests' all_reduce_perf as it prints it (default: the --hardware preset's)");
+       "file or the output of nccl-tests' all_reduce_perf as it prints it (default: the --hardware preset's)")
+      ("num-replicas", po::value<int32_t>()->default_value(1),
+       "replicas of the TP group behind a router, in one simulation (each with its own scheduler and KV cache)")
+      ("router", po::value<std::string>()->default_value("round-robin"),
+       "with --num-replicas > 1: round-robin | least-requests | least-kv | prefix-affinity (the longest cached "
+       "prefix unless that replica's load exceeds the least loaded's by 32 requests; SGLang's cache-aware "
+       "policy) | random (seeded by --seed)")
+      ("router-balance-abs-threshold", po::value<int64_t>()->default_value(32),
+       "prefix-affinity: a replica is overloaded when its requests (waiting + running) exceed the least "
+       "loaded's by more than this ...")
+      ("router-balance-rel-threshold", po::value<double>()->default_value(1.0001, "1.0001"),
+       "... and are more than this many times the least loaded's (SGLang's router's defaults: 32, 1.0001)");
   return o;
 }
 

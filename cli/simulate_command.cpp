@@ -118,6 +118,7 @@ int simulate_command(int argc, const char* const* argv) {
   }
   nlohmann::json summary = summary_to_json(out.summary, setup.slo, config);
   if (!setup.parallel.single_gpu()) summary["parallel"] = parallel_to_json(setup, out.scheduler, out);
+  if (setup.num_replicas > 1) summary["replicas"] = replicas_to_json(setup, out);
   if (bands) {
     summary["draws"] = {
         {"draws", num_draws},
@@ -133,9 +134,12 @@ int simulate_command(int argc, const char* const* argv) {
   }
   emit_results(vm, out.records, out.summary, summary,
                fmt::format("servesim simulate: {} on {}, {} scheduler, {} requests ({}){}", setup.model.name,
-                           setup.parallel.single_gpu() ? device
-                                                       : fmt::format("{} x {} ({})", setup.parallel.world_size(), device,
-                                                                     describe_layout(setup.parallel)), to_string(out.scheduler.policy), workload.requests.size(),
+                           (setup.parallel.single_gpu() ? device
+                                                        : fmt::format("{} x {} ({})", setup.parallel.world_size(), device,
+                                                                      describe_layout(setup.parallel))) +
+                               (setup.num_replicas > 1 ? fmt::format(", {} replicas ({} router)", setup.num_replicas,
+                                                                     to_string(setup.router.policy))
+                                                       : std::string()), to_string(out.scheduler.policy), workload.requests.size(),
                            to_string(setup.workload.arrival),
                            bands ? fmt::format("; medians over {} jittered simulations", num_draws) : ""),
                out.speculative ? &*out.speculative : nullptr);

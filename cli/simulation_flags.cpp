@@ -1,5 +1,7 @@
 #include "cli/simulation_flags.h"
 
+#include <cmath>
+
 #include <fmt/format.h>
 
 #include "engine/decoder_run.h"
@@ -116,6 +118,23 @@ SimulationFlags simulation_from(const po::variables_map& vm) {
     setup.model.quantization = profile->quantization;
   setup.hardware = resolve_hardware(vm["hardware"].as<std::string>());
   setup.parallel = parallel_from(vm);
+  setup.num_replicas = vm["num-replicas"].as<int32_t>();
+  if (setup.num_replicas < 1 || setup.num_replicas > 4096)
+    throw InputError(fmt::format("--num-replicas must be in 1 .. 4096 (got {})", setup.num_replicas));
+  setup.router.policy = parse_router_policy(vm["router"].as<std::string>());
+  if (setup.num_replicas == 1 && !vm["router"].defaulted())
+    throw InputError("--router applies with --num-replicas > 1");
+  setup.router.balance_abs_threshold = vm["router-balance-abs-threshold"].as<int64_t>();
+  setup.router.balance_rel_threshold = vm["router-balance-rel-threshold"].as<double>();
+  for (const char* flag : {"router-balance-abs-threshold", "router-balance-rel-threshold"})
+    if (!vm[flag].defaulted() && setup.router.policy != RouterPolicy::PrefixAffinity)
+      throw InputError(fmt::format("--{} applies with --router prefix-affinity", flag));
+  if (setup.router.balance_abs_threshold < 0)
+    throw InputError(fmt::format("--router-balance-abs-threshold must be >= 0 (got {})",
+                                 setup.router.balance_abs_threshold));
+  if (!(setup.router.balance_rel_threshold >= 1) || !std::isfinite(setup.router.balance_rel_threshold))
+    throw InputError(fmt::format("--router-balance-rel-threshold must be >= 1 (got {})",
+                                 setup.router.balance_rel_threshold));
   // A TP profile's degree unless the flag says otherwise (then build_cost_models refuses the mismatch).
   if (use_profile && vm["tensor-parallel-size"].defaulted())
     setup.parallel.tensor_parallel_size = profile->tensor_parallel_size;
@@ -125,6 +144,7 @@ SimulationFlags simulation_from(const po::variables_map& vm) {
   if (setup.cost.interconnect && setup.parallel.single_gpu() && !vm.count("search-tensor-parallel-size"))
     throw InputError("--interconnect applies with --tensor-parallel-size or --pipeline-parallel-size > 1");
   setup.workload = workload_from(vm);
+  setup.router.seed = setup.workload.seed;
   setup.scheduler = scheduler_from(vm);
   if (!use_profile) setup.cost.roofline = roofline_from(vm);
   setup.slo = slo_from(vm);

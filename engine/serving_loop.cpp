@@ -89,16 +89,40 @@ class FollowUps {
 
 }  // namespace
 
-RunRecords run_serving_loop(Scheduler& scheduler, Executor& executor, Clock& clock, const Workload& workload,
+namespace {
+
+// One replica of the loop: its scheduler, executor and clock, and the
+// recorder writing its requests into the shared records.
+struct ReplicaLoop {
+  ServingReplica parts;
+  MetricsRecorder recorder;
+  IterationPlan plan;
+  IterationResult result;
+  ReplicaLoop(const ServingReplica& p, RunRecords& records) : parts(p), recorder(records) {}
+  bool busy() const { return parts.scheduler->has_unfinished(); }
+  double now() const { return parts.clock->now(); }
+};
+
+}  // namespace
+
+RunRecords run_cluster_loop(std::span<const ServingReplica> replica_parts, Router& router, const Workload& workload,
                             const LoopOptions& options) {
+  if (replica_parts.empty()) throw std::invalid_argument("run_cluster_loop: no replica");
   const auto& requests = workload.requests;
   const int64_t total = int64_t(requests.size());
+  const bool several = replica_parts.size() > 1;
   RunRecords records;
   records.requests.resize(requests.size());
   for (auto& r : records.requests) r.arrival_s = -1;  // not yet submitted
-  records.num_gpu_blocks = scheduler.kv().num_blocks();
-  records.block_size = scheduler.kv().block_size();
-  MetricsRecorder recorder(records);
+  std::vector<ReplicaLoop> replicas;
+  replicas.reserve(replica_parts.size());
+  std::vector<const Scheduler*> schedulers;
+  for (const ServingReplica& p : replica_parts) {
+    replicas.emplace_back(p, records);
+    schedulers.push_back(p.scheduler);
+    records.num_gpu_blocks += p.scheduler->kv().num_blocks();
+  }
+  records.block_size = replica_parts[0].scheduler->kv().block_size();
 
   FollowUps follow_ups(requests);
   if (workload.closed_loop && follow_ups.any())
@@ -114,93 +138,116 @@ RunRecords run_serving_loop(Scheduler& scheduler, Executor& executor, Clock& clo
   auto next_open_arrival = [&](int64_t next) {
     return next < num_open ? requests[size_t(open_loop[size_t(next)])].arrival_s : kNever;
   };
+  // Closed loop: clients released by a finished (or rejected) request send
+  // their next one at that moment, in release order.
+  std::priority_queue<std::pair<double, int64_t>, std::vector<std::pair<double, int64_t>>, std::greater<>>
+      closed_releases;
 
   int64_t next = 0;      // next request to submit (closed loop), or next of open_loop
   int64_t finished = 0;  // completed or rejected
+  int64_t releases = 0;  // closed loop: releases queued so far (each sends request `releases`)
+  // Routes `r`, arriving at `arrival_s`, and submits it there; an idle
+  // replica first waits for it.
   auto submit = [&](const Request& r, double arrival_s) {
-    recorder.set_now(arrival_s);
-    recorder.on_arrival(r.id, arrival_s, r.prompt_tokens, r.output_tokens);
+    const size_t j = router.route(r, schedulers);
+    ReplicaLoop& rep = replicas[j];
+    if (!rep.busy() && arrival_s > rep.now()) {
+      for (LoopObserver* o : options.observers) o->on_idle(rep.now(), arrival_s);
+      rep.parts.clock->wait_until(arrival_s);
+    }
+    rep.recorder.set_now(arrival_s);
+    rep.recorder.on_arrival(r.id, arrival_s, r.prompt_tokens, r.output_tokens);
+    if (several) records.requests[size_t(r.id)].replica = int32_t(j);
     Request accepted = r;
     accepted.arrival_s = arrival_s;
-    if (auto reason = scheduler.add_request(accepted)) {
-      recorder.on_rejected(r.id, *reason);
+    if (auto reason = rep.parts.scheduler->add_request(accepted)) {
+      rep.recorder.on_rejected(r.id, *reason);
       follow_ups.finished(r.id, arrival_s);
     }
   };
-  // Closed loop: each finished (or rejected) request lets its client send
-  // the next one at that moment.
-  auto release_closed_loop = [&](int64_t count) {
-    for (; count > 0 && next < total; --count) submit(requests[size_t(next++)], clock.now());
+  // Finished requests (and rejections) release closed-loop clients at `time_s`.
+  auto absorb_finished = [&](double time_s) {
+    for (ReplicaLoop& rep : replicas)
+      for (int64_t n = rep.recorder.take_finished(); n > 0; n = rep.recorder.take_finished()) {
+        finished += n;
+        if (workload.closed_loop)
+          for (; n > 0 && releases < total; --n) closed_releases.emplace(time_s, releases++);
+      }
   };
-  // A request released here may be rejected at once, which frees its client
-  // again: repeat until no release is rejected, or a run of rejections would
-  // stall the closed loop (or end it with requests never submitted).
-  auto absorb_finished = [&] {
-    for (int64_t n = recorder.take_finished(); n > 0; n = recorder.take_finished()) {
-      finished += n;
-      if (workload.closed_loop) release_closed_loop(n);
+  // The next request to submit and its time: open-loop arrivals and released
+  // session turns merged in time order (an arrival first at equal times), or
+  // the closed loop's next release. {kNever, -1} when none is left.
+  auto next_event_time = [&] {
+    if (workload.closed_loop) return closed_releases.empty() ? kNever : closed_releases.top().first;
+    return std::min(next_open_arrival(next), follow_ups.next_time());
+  };
+  auto submit_next_event = [&] {
+    if (workload.closed_loop) {
+      const auto [time_s, seq] = closed_releases.top();
+      closed_releases.pop();
+      submit(requests[size_t(next++)], time_s);
+      (void)seq;
+      return;
+    }
+    const double arrival = next_open_arrival(next), release = follow_ups.next_time();
+    if (arrival <= release) {
+      const Request& r = requests[size_t(open_loop[size_t(next++)])];
+      submit(r, r.arrival_s);
+    } else {
+      const auto [time_s, id] = follow_ups.pop();
+      submit(follow_ups.as_sent(requests[size_t(id)], records), time_s);
     }
   };
 
-  if (workload.closed_loop) {
-    release_closed_loop(workload.concurrency);
-    absorb_finished();  // rejections at release free their client at once
-  }
+  if (workload.closed_loop)
+    for (int64_t c = 0; c < workload.concurrency && releases < total; ++c) closed_releases.emplace(0.0, releases++);
 
-  IterationPlan plan;
   int64_t iteration = 0;
-  IterationResult result;
   const auto wall_start = std::chrono::steady_clock::now();
   auto last_report = wall_start;
   for (;;) {
-    if (!workload.closed_loop) {
-      // Arrivals and released turns that are due, merged in time order (an
-      // arrival first at equal times); a turn rejected here may release the
-      // next one at once.
-      for (;;) {
-        const double arrival = next_open_arrival(next), release = follow_ups.next_time();
-        if (arrival <= release) {
-          if (!(arrival <= clock.now())) break;
-          const Request& r = requests[size_t(open_loop[size_t(next++)])];
-          submit(r, r.arrival_s);
-        } else {
-          if (!(release <= clock.now())) break;
-          const auto [time_s, id] = follow_ups.pop();
-          submit(follow_ups.as_sent(requests[size_t(id)], records), time_s);
-        }
-      }
-      absorb_finished();
-    }
-    if (!scheduler.has_unfinished()) {
-      const double until = std::min(next_open_arrival(next), follow_ups.next_time());
-      if (workload.closed_loop || until == kNever) break;
-      if (until > clock.now())
-        for (LoopObserver* o : options.observers) o->on_idle(clock.now(), until);
-      clock.wait_until(until);
+    // The replica whose next iteration starts first (the lowest index of equals).
+    ReplicaLoop* earliest = nullptr;
+    for (ReplicaLoop& rep : replicas)
+      if (rep.busy() && (!earliest || rep.now() < earliest->now())) earliest = &rep;
+    // Requests due before it starts (all at once while every replica is
+    // idle, the next one first) are routed and submitted; a rejection may
+    // release the next one at once.
+    const double due = earliest ? earliest->now() : kNever;
+    const double event = next_event_time();
+    if (event != kNever && (event <= due || !earliest)) {
+      submit_next_event();
+      absorb_finished(event);
       continue;
     }
+    if (!earliest) break;  // nothing runs and nothing is left to arrive
 
-    recorder.set_now(clock.now());
+    ReplicaLoop& rep = *earliest;
+    Scheduler& scheduler = *rep.parts.scheduler;
+    IterationPlan& plan = rep.plan;
+    IterationResult& result = rep.result;
+    rep.recorder.set_now(rep.now());
     plan.index = iteration++;
     IterationRecord rec;
     rec.index = plan.index;
-    rec.start_s = clock.now();
+    rec.start_s = rep.now();
     rec.waiting = int32_t(scheduler.num_waiting());
-    scheduler.schedule(plan, recorder);
+    if (several) rec.replica = int32_t(&rep - replicas.data());
+    scheduler.schedule(plan, rep.recorder);
 
     result.reset();
     for (LoopObserver* o : options.observers) o->before_execute(plan);
-    executor.execute(plan, result);
-    clock.advance(result.duration_s);
-    recorder.set_now(clock.now());
+    rep.parts.executor->execute(plan, result);
+    rep.parts.clock->advance(result.duration_s);
+    rep.recorder.set_now(rep.now());
     rec.kv_blocks_used = scheduler.kv().num_used();
-    scheduler.complete(plan, result, recorder);
-    for (int64_t id : recorder.completed_ids()) {
-      executor.on_request_finished(id);
+    scheduler.complete(plan, result, rep.recorder);
+    for (int64_t id : rep.recorder.completed_ids()) {
+      rep.parts.executor->on_request_finished(id);
       follow_ups.finished(id, records.requests[size_t(id)].finish_s);
     }
-    recorder.completed_ids().clear();
-    absorb_finished();
+    rep.recorder.completed_ids().clear();
+    absorb_finished(rep.now());
 
     rec.duration_s = result.duration_s;
     rec.prefill_tokens = plan.num_prefill_tokens;
@@ -216,15 +263,30 @@ RunRecords run_serving_loop(Scheduler& scheduler, Executor& executor, Clock& clo
       const auto now = std::chrono::steady_clock::now();
       if (now - last_report > std::chrono::seconds(1)) {
         last_report = now;
-        options.progress(RunProgress{finished, total, plan.index + 1, clock.now()});
+        options.progress(RunProgress{finished, total, plan.index + 1, rep.now()});
       }
     }
   }
   records.num_iterations = iteration;
-  records.preemptions = scheduler.num_preemptions();
-  records.peak_kv_blocks = scheduler.kv().peak_used();
-  records.prefix_cache.evicted_blocks = scheduler.kv().evicted_blocks();
+  records.preemptions = 0;  // the schedulers' counts (the recorders count them too)
+  for (const ReplicaLoop& rep : replicas) {
+    const Scheduler& s = *rep.parts.scheduler;
+    records.preemptions += s.num_preemptions();
+    records.peak_kv_blocks += s.kv().peak_used();
+    records.prefix_cache.evicted_blocks += s.kv().evicted_blocks();
+    if (several)
+      records.replicas.push_back(ReplicaRecord{s.num_preemptions(), s.kv().peak_used(), s.kv().num_blocks()});
+  }
+  if (several) std::stable_sort(records.iterations.begin(), records.iterations.end(),
+                                [](const IterationRecord& a, const IterationRecord& b) { return a.start_s < b.start_s; });
   return records;
+}
+
+RunRecords run_serving_loop(Scheduler& scheduler, Executor& executor, Clock& clock, const Workload& workload,
+                            const LoopOptions& options) {
+  const ServingReplica one{&scheduler, &executor, &clock};
+  Router router{RouterSettings{}};
+  return run_cluster_loop(std::span<const ServingReplica>(&one, 1), router, workload, options);
 }
 
 }  // namespace servesim

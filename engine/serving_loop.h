@@ -7,8 +7,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <vector>
 
+#include "engine/router.h"
 #include "sim/clock.h"
 #include "sim/executor.h"
 #include "sim/metrics.h"
@@ -63,6 +65,23 @@ struct LoopOptions {
 // sequence, nothing after a rejection). Throws std::invalid_argument for a
 // request that follows a later one, or a closed loop with follow-ups.
 RunRecords run_serving_loop(Scheduler& scheduler, Executor& executor, Clock& clock, const Workload& workload,
+                            const LoopOptions& options = {});
+
+// One replica of a cluster: its scheduler (fresh), executor and clock.
+struct ServingReplica {
+  Scheduler* scheduler = nullptr;
+  Executor* executor = nullptr;
+  Clock* clock = nullptr;
+};
+
+// The same loop over several replicas in one discrete-event simulation:
+// each request (an arrival, a session's released turn, a closed loop's
+// next request) is routed by `router` when it arrives, on the replicas'
+// state then; the replica whose next iteration starts first runs it
+// (requests due by then are routed first). Records are the run's, each
+// request's and iteration's `replica` set (with more than one) and
+// RunRecords::replicas filled. run_serving_loop is this with one replica.
+RunRecords run_cluster_loop(std::span<const ServingReplica> replicas, Router& router, const Workload& workload,
                             const LoopOptions& options = {});
 
 }  // namespace servesim

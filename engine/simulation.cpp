@@ -1,5 +1,6 @@
 #include "engine/simulation.h"
 
+#include <memory>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -77,6 +78,49 @@ SimulationOutput simulate_costed(const SchedulerConfig& config, const Workload& 
   return out;
 }
 
+SimulationOutput simulate_replicas(const SchedulerConfig& config, int32_t replicas, const RouterSettings& router,
+                                   const Workload& workload, const CostModels& costs,
+                                   const SimulatedSpeculation* speculation,
+                                   std::span<CostMultiplier* const> multipliers, const SloTargets& slo,
+                                   const LoopOptions& loop) {
+  if (replicas < 1 || replicas > 4096)
+    throw InputError(fmt::format("--num-replicas must be in 1 .. 4096 (got {})", replicas));
+  if (replicas == 1) return simulate_costed(config, workload, costs, speculation, multipliers, slo, loop);
+  if (costs.parallel.pipeline_parallel_size > 1)
+    throw InputError("--num-replicas with --pipeline-parallel-size > 1 is not modelled yet; replicas of TP groups "
+                     "are");
+  SimulationOutput out;
+  out.scheduler = config;
+  LoopOptions options = loop;
+  std::optional<CommunicationObserver> observer;
+  if (costs.communication) {
+    out.communication.emplace();
+    observer.emplace(*costs.communication, *out.communication);
+    options.observers.push_back(&*observer);
+  }
+  std::vector<std::unique_ptr<Scheduler>> schedulers;
+  std::vector<std::unique_ptr<VirtualClock>> clocks;
+  std::vector<std::unique_ptr<SimulatedExecutor>> executors;
+  std::vector<ServingReplica> parts;
+  for (int32_t j = 0; j < replicas; ++j) {
+    schedulers.push_back(std::make_unique<Scheduler>(config));
+    clocks.push_back(std::make_unique<VirtualClock>());
+    executors.push_back(std::make_unique<SimulatedExecutor>(*costs.target, *clocks.back()));
+    if (config.num_speculative_tokens > 0) {
+      if (!speculation || !costs.draft)
+        throw std::logic_error("simulate_replicas: a speculative configuration without a draft or acceptance");
+      executors.back()->speculate(*costs.draft, speculation->acceptance, config.num_speculative_tokens,
+                                  speculation->seed + uint64_t(j));
+    }
+    for (CostMultiplier* m : multipliers) executors.back()->multiply_by(*m);
+    parts.push_back(ServingReplica{schedulers.back().get(), executors.back().get(), clocks.back().get()});
+  }
+  Router r(router);
+  out.records = run_cluster_loop(parts, r, workload, options);
+  out.summary = summarize_run(out.records, slo);
+  return out;
+}
+
 SchedulerConfig resolve_scheduler_config(const SimulationSetup& setup) {
   return resolve_scheduler_config(setup.scheduler, setup.model, setup.hardware,
                                   setup.draft ? &*setup.draft : nullptr, setup.parallel);
@@ -104,8 +148,8 @@ SimulationOutput simulate_checked(const SimulationSetup& setup, const SchedulerC
   std::optional<SimulatedSpeculation> speculation;
   if (config.num_speculative_tokens > 0) speculation = SimulatedSpeculation{*setup.acceptance, setup.workload.seed};
   loop.keep_iterations = setup.keep_iterations;
-  return simulate_costed(config, workload, costs, speculation ? &*speculation : nullptr, multipliers, setup.slo,
-                         loop);
+  return simulate_replicas(config, setup.num_replicas, setup.router, workload, costs,
+                           speculation ? &*speculation : nullptr, multipliers, setup.slo, loop);
 }
 
 }  // namespace
@@ -184,6 +228,54 @@ nlohmann::json parallel_to_json(const SimulationSetup& setup, const SchedulerCon
   return j;
 }
 
+nlohmann::json replicas_to_json(const SimulationSetup& setup, const SimulationOutput& output) {
+  const RunRecords& records = output.records;
+  const size_t n = records.replicas.size();
+  struct Tally {
+    int64_t submitted = 0, completed = 0, rejected = 0, output_tokens = 0, prompt_tokens = 0, cached_tokens = 0;
+  };
+  std::vector<Tally> t(n);
+  for (const RequestRecord& r : records.requests) {
+    if (!r.submitted() || size_t(r.replica) >= n) continue;
+    Tally& x = t[size_t(r.replica)];
+    ++x.submitted;
+    if (r.rejected()) ++x.rejected;
+    if (r.completed()) {
+      ++x.completed;
+      x.output_tokens += r.tokens_emitted;
+    }
+    if (!r.rejected()) {
+      x.prompt_tokens += r.prompt_tokens;
+      x.cached_tokens += r.cached_tokens;
+    }
+  }
+  const double duration = output.summary.duration_s;
+  nlohmann::json per = nlohmann::json::array();
+  for (size_t j = 0; j < n; ++j) {
+    const ReplicaRecord& rr = records.replicas[j];
+    per.push_back({{"replica", j},
+                   {"requests", {{"submitted", t[j].submitted}, {"completed", t[j].completed},
+                                 {"rejected", t[j].rejected}}},
+                   {"output_tokens_per_s", duration > 0 ? double(t[j].output_tokens) / duration : 0.0},
+                   {"kv_cache", {{"num_gpu_blocks", rr.num_gpu_blocks}, {"peak_blocks_used", rr.peak_kv_blocks},
+                                 {"peak_utilization", rr.num_gpu_blocks > 0
+                                                          ? double(rr.peak_kv_blocks) / double(rr.num_gpu_blocks)
+                                                          : 0.0}}},
+                   // Only where the cluster looked prefixes up at all (token identity, caching on).
+                   {"prefix_cache_hit_rate", output.summary.prefix_cache_hit_rate && t[j].prompt_tokens > 0
+                                                 ? nlohmann::json(double(t[j].cached_tokens) / double(t[j].prompt_tokens))
+                                                 : nlohmann::json()},
+                   {"preemptions", rr.preemptions}});
+  }
+  return {{"num_replicas", n},
+          {"router", to_string(setup.router.policy)},
+          {"per_replica", per},
+          {"meaning", "each replica is one GPU group (TP x PP GPUs) with its own scheduler and KV cache; the "
+                      "top-level metrics are the cluster's. prefix_cache_hit_rate: prompt tokens found in the "
+                      "replica's cache at first admission over its requests' prompt tokens; output_tokens_per_s "
+                      "over the cluster's duration"}};
+}
+
 nlohmann::json setup_to_json(const SimulationSetup& setup, const SchedulerConfig& c, const CostModels& costs) {
   const HardwareSpec& h = setup.hardware;
   nlohmann::json j;
@@ -197,6 +289,12 @@ nlohmann::json setup_to_json(const SimulationSetup& setup, const SchedulerConfig
   j["scheduler"] = scheduler_to_json(c, setup.scheduler.gpu_memory_utilization);
   j["cost_model"] = costs.describe();
   if (!setup.parallel.single_gpu()) j["parallel"] = setup.parallel.to_json();
+  if (setup.num_replicas > 1)
+    j["replicas"] = {{"num_replicas", setup.num_replicas},
+                     {"router", to_string(setup.router.policy)},
+                     {"seed", setup.router.seed},
+                     {"balance_abs_threshold", setup.router.balance_abs_threshold},
+                     {"balance_rel_threshold", setup.router.balance_rel_threshold}};
   j["workload"] = workload_to_json(setup.workload);
   j["seed"] = setup.workload.seed;
   if (c.num_speculative_tokens > 0)

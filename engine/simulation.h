@@ -41,6 +41,10 @@ struct SimulationSetup {
   // Tensor/pipeline parallelism: the GPUs of one replica
   // (cost.interconnect connects them).
   ParallelConfig parallel;
+  // Replicas of that group behind a router (--num-replicas, --router), in
+  // one discrete-event simulation (engine/serving_loop.h).
+  int32_t num_replicas = 1;
+  RouterSettings router;
 };
 
 // A parallel run's time on the interconnect: the communication of every
@@ -74,6 +78,14 @@ struct SimulatedSpeculation {
 SimulationOutput simulate_costed(const SchedulerConfig& config, const Workload& workload, const CostModels& costs,
                                  const SimulatedSpeculation* speculation, std::span<CostMultiplier* const> multipliers,
                                  const SloTargets& slo, const LoopOptions& loop = {});
+// The same on `replicas` replicas behind `router` (each with `config`'s KV
+// blocks and settings); replicas = 1 is simulate_costed. InputError for
+// replicas < 1 or with PP > 1.
+SimulationOutput simulate_replicas(const SchedulerConfig& config, int32_t replicas, const RouterSettings& router,
+                                   const Workload& workload, const CostModels& costs,
+                                   const SimulatedSpeculation* speculation,
+                                   std::span<CostMultiplier* const> multipliers, const SloTargets& slo,
+                                   const LoopOptions& loop = {});
 
 // The scheduler configuration `setup` resolves to (InputError when bad).
 SchedulerConfig resolve_scheduler_config(const SimulationSetup& setup);
@@ -104,6 +116,10 @@ LatencyBands simulate_draws(int draws, const CostJitter& jitter, uint64_t seed,
 // blocks of `resolved`) and the communication share of `output`.
 nlohmann::json parallel_to_json(const SimulationSetup& setup, const SchedulerConfig& resolved,
                                 const SimulationOutput& output);
+
+// summary.json's "replicas" (more than one): the router and each replica's
+// requests, throughput, KV peak, prefix-cache hit rate and preemptions.
+nlohmann::json replicas_to_json(const SimulationSetup& setup, const SimulationOutput& output);
 
 // Every setting of the run, for summary.json's "config".
 nlohmann::json setup_to_json(const SimulationSetup& setup, const SchedulerConfig& resolved,

@@ -36,6 +36,7 @@ struct RequestRecord {
   // num_cached_tokens); a readmission after preemption does not change it.
   int32_t cached_tokens = 0;
   int32_t rejection = -1;  // index into RunRecords::rejection_reasons, -1 if accepted
+  int32_t replica = 0;     // the replica it was routed to (--num-replicas)
 
   bool submitted() const { return arrival_s >= 0; }
   bool completed() const { return finish_s >= 0; }
@@ -54,6 +55,13 @@ struct IterationRecord {
   int32_t prefix_hit_tokens = 0;  // tokens admissions found in the prefix cache
   int64_t kv_blocks_used = 0;  // after the iteration's allocations
   int32_t waiting = 0;         // queue length when it was scheduled
+  int32_t replica = 0;         // the replica that ran it (--num-replicas)
+};
+
+// What one replica of several did, beside its requests' records.
+struct ReplicaRecord {
+  int64_t preemptions = 0;
+  int64_t peak_kv_blocks = 0, num_gpu_blocks = 0;
 };
 
 // vLLM's prefix_cache_queries / prefix_cache_hits, in tokens, counted at
@@ -76,6 +84,9 @@ struct RunRecords {
   int32_t block_size = 0;
   PrefixCacheCounts prefix_cache;
   double end_s = 0;  // clock when the last request finished
+  // With more than one replica, each one's (peak_kv_blocks and
+  // num_gpu_blocks above are then the sums over replicas).
+  std::vector<ReplicaRecord> replicas;
 };
 
 // Records scheduler events at the runner's current time.

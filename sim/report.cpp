@@ -104,7 +104,7 @@ void write_requests_csv(const std::string& path, const RunRecords& records) {
   fmt::format_to(std::back_inserter(out.buffer()),
                  "id,status,arrival_s,prompt_tokens,output_tokens,first_scheduled_s,first_token_s,"
                  "last_token_s,finish_s,ttft_s,tpot_s,e2e_s,queueing_s,tokens_emitted,emissions,"
-                 "preemptions,cached_tokens,rejection_reason\n");
+                 "preemptions,cached_tokens,rejection_reason{}\n", records.replicas.empty() ? "" : ",replica");
   for (const RequestRecord& r : records.requests) {
     if (!r.submitted()) continue;
     const char* status = r.rejected() ? "rejected" : r.completed() ? "completed" : "unfinished";
@@ -117,6 +117,12 @@ void write_requests_csv(const std::string& path, const RunRecords& records) {
                    r.first_scheduled_s >= 0 ? cell(r.first_scheduled_s - r.arrival_s) : "",
                    r.tokens_emitted, r.emissions, r.preemptions, r.cached_tokens,
                    r.rejected() ? "\"" + records.rejection_reasons[size_t(r.rejection)] + "\"" : "");
+    if (!records.replicas.empty()) {
+      // The row's newline is already out: put the replica before it.
+      fmt::memory_buffer& b = out.buffer();
+      b.resize(b.size() - 1);
+      fmt::format_to(std::back_inserter(b), ",{}\n", r.replica);
+    }
     out.flush_if_large();
   }
   out.flush();
@@ -126,13 +132,19 @@ void write_iterations_csv(const std::string& path, const RunRecords& records) {
   CsvWriter out(path);
   fmt::format_to(std::back_inserter(out.buffer()),
                  "index,kind,start_s,duration_s,prefill_tokens,decode_tokens,prefill_sequences,"
-                 "decode_sequences,sampled_sequences,prefix_hit_tokens,kv_blocks_used,waiting\n");
+                 "decode_sequences,sampled_sequences,prefix_hit_tokens,kv_blocks_used,waiting{}\n",
+                 records.replicas.empty() ? "" : ",replica");
   for (const IterationRecord& it : records.iterations) {
     const char* kind = it.prefill_sequences == 0 ? "decode" : it.decode_sequences == 0 ? "prefill" : "mixed";
     fmt::format_to(std::back_inserter(out.buffer()), "{},{},{},{},{},{},{},{},{},{},{},{}\n", it.index,
                    kind, it.start_s, it.duration_s, it.prefill_tokens, it.decode_tokens,
                    it.prefill_sequences, it.decode_sequences, it.sampled_sequences,
                    it.prefix_hit_tokens, it.kv_blocks_used, it.waiting);
+    if (!records.replicas.empty()) {
+      fmt::memory_buffer& b = out.buffer();
+      b.resize(b.size() - 1);
+      fmt::format_to(std::back_inserter(b), ",{}\n", it.replica);
+    }
     out.flush_if_large();
   }
   out.flush();

@@ -132,6 +132,15 @@ int32_t Scheduler::find_prefix_hit(Sequence& s) {
   return int32_t(int64_t(hit_.size()) * kv_.block_size());
 }
 
+int32_t Scheduler::cached_prefix_tokens(const Request& request) const {
+  if (!config_.enable_prefix_caching || request.tokens.empty() || request.prompt_tokens < 2) return 0;
+  std::vector<uint64_t> keys;
+  extend_block_keys(request.tokens, request.prompt_tokens, kv_.block_size(), keys);
+  std::vector<int32_t> hit;
+  kv_.find_cached_prefix(keys, (int64_t(request.prompt_tokens) - 1) / kv_.block_size(), hit);
+  return int32_t(int64_t(hit.size()) * kv_.block_size());
+}
+
 bool Scheduler::admission_fits(const Sequence& s, int64_t tokens) const {
   // Hit blocks nobody holds sit in the free queue: taking them uses up free
   // blocks as a new allocation does (vLLM's allocate_slots counts them as

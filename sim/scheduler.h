@@ -122,6 +122,11 @@ class Scheduler {
   void complete(const IterationPlan& plan, const IterationResult& result,
                 SchedulerListener& listener);
 
+  // Prompt tokens of `request` this scheduler's prefix cache holds now: what
+  // its admission would find (0 without caching or token identity). What a
+  // prefix-aware router asks of each replica.
+  int32_t cached_prefix_tokens(const Request& request) const;
+
   bool has_unfinished() const { return !waiting_.empty() || !running_.empty(); }
   size_t num_waiting() const { return waiting_.size(); }
   size_t num_running() const { return running_.size(); }
