@@ -187,6 +187,8 @@ def side_runs(servesim, scratch, workload, common, best):
 
 
 def main():
+    # Before anything is written: the study's own outputs are tracked files too.
+    checkout_modified = provenance.tracked_files_modified()
     started = time.monotonic()
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--servesim", default=os.path.join(ROOT, "build/release/cli/servesim"))
@@ -258,7 +260,7 @@ def main():
     with open(os.path.join(opts.out, "metadata.json"), "w") as f:
         json.dump({"command": " ".join(sys.argv), "date": datetime.datetime.now(datetime.timezone.utc)
                    .isoformat(timespec="seconds"), "commit": provenance.commit(),
-                   "tracked_files_modified": provenance.tracked_files_modified(), "machine": provenance.machine(),
+                   "tracked_files_modified": checkout_modified, "machine": provenance.machine(),
                    "lengths": TRACE if have_trace else " ".join(FALLBACK_LENGTHS),
                    "search_command": "servesim capacity " + " ".join([*common, *grid]),
                    "wall_s": round(time.monotonic() - started, 1),

@@ -199,6 +199,8 @@ def diagnostics(servesim, measurements, summaries, scratch):
 
 
 def main():
+    # Before anything is written: the study's own outputs are tracked files too.
+    checkout_modified = provenance.tracked_files_modified()
     started = time.monotonic()
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--servesim", default=os.path.join(ROOT, "build/me/cli/servesim"))
@@ -232,7 +234,7 @@ def main():
     with open(os.path.join(opts.out, "metadata.json"), "w") as f:
         json.dump({"command": " ".join(sys.argv), "date": datetime.datetime.now(datetime.timezone.utc)
                    .isoformat(timespec="seconds"), "commit": provenance.commit(),
-                   "tracked_files_modified": provenance.tracked_files_modified(), "machine": provenance.machine(),
+                   "tracked_files_modified": checkout_modified, "machine": provenance.machine(),
                    "servesim": opts.servesim, "what_if": opts.what_if,
                    "wall_s": round(time.monotonic() - started, 1),
                    "note": "datasheet predictions (roofline, default efficiencies); the machine only ran the "

@@ -72,6 +72,8 @@ def draw(rows, path):
 
 
 def main():
+    # Before anything is written: the study's own outputs are tracked files too.
+    checkout_modified = provenance.tracked_files_modified()
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--servesim", default=os.path.join(ROOT, "build", "release", "cli", "servesim"))
     ap.add_argument("--out", default=os.path.join(ROOT, "experiments", "results", "routing"))
@@ -99,7 +101,7 @@ def main():
     with open(os.path.join(opts.out, "metadata.json"), "w") as f:
         json.dump({"command": "experiments/routing/run.py --servesim " + os.path.relpath(servesim, ROOT),
                    "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                   "commit": provenance.commit(), "tracked_files_modified": provenance.tracked_files_modified(),
+                   "commit": provenance.commit(), "tracked_files_modified": checkout_modified,
                    "machine": provenance.machine(), "wall_s": round(time.time() - started, 1),
                    "note": "datasheet predictions (roofline, default efficiencies); the machine only ran the "
                            "simulator"}, f, indent=2)
