@@ -146,9 +146,9 @@ RunRecords run_cluster_loop(std::span<const ServingReplica> replica_parts, Route
   int64_t next = 0;      // next request to submit (closed loop), or next of open_loop
   int64_t finished = 0;  // completed or rejected
   int64_t releases = 0;  // closed loop: releases queued so far (each sends request `releases`)
-  // Routes `r`, arriving at `arrival_s`, and submits it there; an idle
-  // replica first waits for it.
-  auto submit = [&](const Request& r, double arrival_s) {
+  // Routes `r`, arriving at `arrival_s`, and submits it there (an idle
+  // replica first waits for it); returns that replica.
+  auto submit = [&](const Request& r, double arrival_s) -> ReplicaLoop& {
     const size_t j = router.route(r, schedulers);
     ReplicaLoop& rep = replicas[j];
     if (!rep.busy() && arrival_s > rep.now()) {
@@ -164,39 +164,39 @@ RunRecords run_cluster_loop(std::span<const ServingReplica> replica_parts, Route
       rep.recorder.on_rejected(r.id, *reason);
       follow_ups.finished(r.id, arrival_s);
     }
+    return rep;
   };
-  // Finished requests (and rejections) release closed-loop clients at `time_s`.
-  auto absorb_finished = [&](double time_s) {
-    for (ReplicaLoop& rep : replicas)
-      for (int64_t n = rep.recorder.take_finished(); n > 0; n = rep.recorder.take_finished()) {
-        finished += n;
-        if (workload.closed_loop)
-          for (; n > 0 && releases < total; --n) closed_releases.emplace(time_s, releases++);
-      }
+  // The requests `rep` finished (or rejected) release closed-loop clients
+  // at `time_s`. Only the replica that just ran an iteration or took a
+  // request can have finished any.
+  auto absorb_finished = [&](ReplicaLoop& rep, double time_s) {
+    for (int64_t n = rep.recorder.take_finished(); n > 0; n = rep.recorder.take_finished()) {
+      finished += n;
+      if (workload.closed_loop)
+        for (; n > 0 && releases < total; --n) closed_releases.emplace(time_s, releases++);
+    }
   };
   // The next request to submit and its time: open-loop arrivals and released
   // session turns merged in time order (an arrival first at equal times), or
-  // the closed loop's next release. {kNever, -1} when none is left.
+  // the closed loop's next release; kNever when none is left.
   auto next_event_time = [&] {
     if (workload.closed_loop) return closed_releases.empty() ? kNever : closed_releases.top().first;
     return std::min(next_open_arrival(next), follow_ups.next_time());
   };
-  auto submit_next_event = [&] {
+  // Submits that request; returns the replica it went to.
+  auto submit_next_event = [&]() -> ReplicaLoop& {
     if (workload.closed_loop) {
-      const auto [time_s, seq] = closed_releases.top();
+      const double time_s = closed_releases.top().first;
       closed_releases.pop();
-      submit(requests[size_t(next++)], time_s);
-      (void)seq;
-      return;
+      return submit(requests[size_t(next++)], time_s);
     }
     const double arrival = next_open_arrival(next), release = follow_ups.next_time();
     if (arrival <= release) {
       const Request& r = requests[size_t(open_loop[size_t(next++)])];
-      submit(r, r.arrival_s);
-    } else {
-      const auto [time_s, id] = follow_ups.pop();
-      submit(follow_ups.as_sent(requests[size_t(id)], records), time_s);
+      return submit(r, r.arrival_s);
     }
+    const auto [time_s, id] = follow_ups.pop();
+    return submit(follow_ups.as_sent(requests[size_t(id)], records), time_s);
   };
 
   if (workload.closed_loop)
@@ -216,8 +216,7 @@ RunRecords run_cluster_loop(std::span<const ServingReplica> replica_parts, Route
     const double due = earliest ? earliest->now() : kNever;
     const double event = next_event_time();
     if (event != kNever && (event <= due || !earliest)) {
-      submit_next_event();
-      absorb_finished(event);
+      absorb_finished(submit_next_event(), event);
       continue;
     }
     if (!earliest) break;  // nothing runs and nothing is left to arrive
@@ -247,7 +246,7 @@ RunRecords run_cluster_loop(std::span<const ServingReplica> replica_parts, Route
       follow_ups.finished(id, records.requests[size_t(id)].finish_s);
     }
     rep.recorder.completed_ids().clear();
-    absorb_finished(rep.now());
+    absorb_finished(rep, rep.now());
 
     rec.duration_s = result.duration_s;
     rec.prefill_tokens = plan.num_prefill_tokens;
