@@ -2,39 +2,19 @@
 // (`sweep --shard I/N`, one per cluster task) into the sweep.csv and
 // sweep.json that one machine running the whole grid writes, byte for byte:
 // the points are put back in grid order and ranked over all of them.
-#include <filesystem>
-#include <fstream>
-#include <iostream>
-#include <set>
 
 #include <fmt/format.h>
 
 #include "cli/commands.h"
-#include "cli/common_options.h"
+#include "cli/shard_merge.h"
 #include "cli/sweep_output.h"
 #include "sim/errors.h"
 
 namespace servesim::cli {
 namespace {
 
-namespace fs = std::filesystem;
-
-nlohmann::json read_shard(const std::string& dir) {
-  const fs::path path = fs::path(dir) / "sweep.json";
-  std::ifstream in(path);
-  if (!in) throw InputError(fmt::format("{}: cannot read (a shard's --out folder holds sweep.json)", path.string()));
-  nlohmann::json j;
-  try {
-    in >> j;
-  } catch (const nlohmann::json::exception& e) {
-    throw InputError(fmt::format("{}: not valid JSON ({})", path.string(), e.what()));
-  }
-  if (!j.is_object() || !j.contains("shard") || !j.contains("points") || !j.contains("grid"))
-    throw InputError(fmt::format("{}: not the sweep.json of a shard (`servesim sweep --shard I/N`)", path.string()));
-  return j;
-}
-
-// What every shard of one sweep shares: the grid, the simulate flags, the objective and constraints.
+// What every shard of one sweep shares: the grid, the simulate flags, the
+// objective and constraints, the shard count.
 nlohmann::json identity(const nlohmann::json& j) {
   return {{"grid", j["grid"]}, {"base_args", j["base_args"]}, {"objective", j["objective"]},
           {"constraints", j["constraints"]}, {"count", j["shard"]["count"]},
@@ -44,49 +24,22 @@ nlohmann::json identity(const nlohmann::json& j) {
 }  // namespace
 
 int sweep_merge_command(int argc, const char* const* argv) {
-  po::options_description o("servesim sweep merge: join the shards of a sweep (`sweep --shard I/N`) into "
-                            "the outputs of the whole grid\n\nusage: servesim sweep merge [--out DIR] DIR...\n\n"
-                            "Options", kHelpWidth);
-  o.add_options()
-      ("help,h", "show this help")
-      ("out", po::value<std::string>()->default_value("runs/sweep"), "write sweep.csv and sweep.json here")
-      ("json", "print sweep.json to stdout instead of the table")
-      ("shards", po::value<std::vector<std::string>>(), "the shards' --out folders (positional)");
-  po::positional_options_description positional;
-  positional.add("shards", -1);
-  po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(argc, argv).options(o).positional(positional).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw InputError(e.what());
+  const std::optional<MergeFlags> flags =
+      parse_merge_flags(argc, argv, "sweep", "sweep.csv and sweep.json", "runs/sweep");
+  if (!flags) return 0;
+  const std::vector<std::string>& dirs = flags->dirs;
+  std::vector<nlohmann::json> shards, identities;
+  std::vector<size_t> indices;
+  for (const std::string& d : dirs) {
+    shards.push_back(read_shard_file(d, "sweep.json", "the sweep.json of a shard (`servesim sweep --shard I/N`)"));
+    if (!shards.back().contains("points") || !shards.back().contains("grid"))
+      throw InputError(fmt::format("{}/sweep.json: not the sweep.json of a shard", d));
+    identities.push_back(identity(shards.back()));
+    indices.push_back(shards.back()["shard"]["index"].get<size_t>());
   }
-  if (vm.count("help")) {
-    std::cout << o << "\nEvery shard 0 .. N-1 of one sweep must be given once; shards of different grids, "
-                      "simulate flags, objectives or shard counts are refused by name.\n";
-    return 0;
-  }
-  if (!vm.count("shards")) throw InputError("give the shards' folders: servesim sweep merge DIR...");
-  const auto dirs = vm["shards"].as<std::vector<std::string>>();
-
-  std::vector<nlohmann::json> shards;
-  for (const std::string& d : dirs) shards.push_back(read_shard(d));
-  const nlohmann::json first = identity(shards[0]);
+  const nlohmann::json& first = identities[0];
   const size_t count = first["count"].get<size_t>(), total = first["grid_points"].get<size_t>();
-  std::set<size_t> seen_shards;
-  for (size_t i = 0; i < shards.size(); ++i) {
-    const nlohmann::json mine = identity(shards[i]);
-    for (const char* key : {"grid", "base_args", "objective", "constraints", "count", "grid_points"})
-      if (mine[key] != first[key])
-        throw InputError(fmt::format("{} is a shard of another sweep than {}: its {} differs ({} vs {})", dirs[i],
-                                     dirs[0], key, mine[key].dump(), first[key].dump()));
-    const size_t index = shards[i]["shard"]["index"].get<size_t>();
-    if (!seen_shards.insert(index).second)
-      throw InputError(fmt::format("shard {}/{} is given twice ({})", index, count, dirs[i]));
-  }
-  for (size_t k = 0; k < count; ++k)
-    if (!seen_shards.count(k))
-      throw InputError(fmt::format("shard {}/{} is missing: give every shard 0 .. {} once", k, count, count - 1));
+  check_shard_set(dirs, identities, indices, count, "sweep");
 
   std::vector<GridAxis> axes;
   for (const auto& a : first["grid"]) axes.push_back({a["flag"].get<std::string>(),
@@ -117,7 +70,7 @@ int sweep_merge_command(int argc, const char* const* argv) {
     }
   for (size_t i = 0; i < total; ++i)
     if (!filled[i]) throw InputError(fmt::format("point {} of {} is in no shard", i, total));
-  return finish_sweep(axes, base, objective, constraints, points, vm["out"].as<std::string>(), vm.count("json") > 0);
+  return finish_sweep(axes, base, objective, constraints, points, flags->out, flags->json);
 }
 
 }  // namespace servesim::cli

@@ -29,75 +29,14 @@ class CommunicationObserver final : public LoopObserver {
   CommunicationTally& tally_;
 };
 
-// One engine's serving of `workload` with `config`.
-RunRecords serve_on_virtual_clock(const SchedulerConfig& config, const Workload& workload, const CostModels& costs,
-                                  const SimulatedSpeculation* speculation,
-                                  std::span<CostMultiplier* const> multipliers, const LoopOptions& loop,
-                                  std::optional<SpeculativeStats>& speculative) {
-  Scheduler scheduler(config);
-  VirtualClock clock;
-  SimulatedExecutor executor(*costs.target, clock);
-  if (config.num_speculative_tokens > 0) {
-    if (!speculation || !costs.draft)
-      throw std::logic_error("simulate_costed: a speculative configuration without a draft or acceptance");
-    executor.speculate(*costs.draft, speculation->acceptance, config.num_speculative_tokens, speculation->seed);
-  }
-  for (CostMultiplier* m : multipliers) executor.multiply_by(*m);
-  RunRecords records = run_serving_loop(scheduler, executor, clock, workload, loop);
-  if (const SpeculativeStats* stats = executor.speculative_stats()) speculative = *stats;
-  return records;
-}
-
-}  // namespace
-
-SimulationOutput simulate_costed(const SchedulerConfig& config, const Workload& workload, const CostModels& costs,
-                                 const SimulatedSpeculation* speculation, std::span<CostMultiplier* const> multipliers,
-                                 const SloTargets& slo, const LoopOptions& loop) {
-  SimulationOutput out;
-  out.scheduler = config;
-  LoopOptions options = loop;
-  std::optional<CommunicationObserver> observer;
-  if (costs.communication) {
-    out.communication.emplace();
-    observer.emplace(*costs.communication, *out.communication);
-    options.observers.push_back(&*observer);
-  }
-  const int32_t engines = costs.parallel.pipeline_parallel_size;
-  if (engines == 1) {
-    out.records = serve_on_virtual_clock(config, workload, costs, speculation, multipliers, options, out.speculative);
-  } else {
-    const std::vector<EngineShare> shares = split_for_engines(workload, engines);
-    std::vector<RunRecords> parts;
-    for (size_t e = 0; e < shares.size(); ++e)
-      parts.push_back(serve_on_virtual_clock(engine_config(config, int32_t(shares.size()), int32_t(e)),
-                                             shares[e].workload, costs,
-                                             speculation, multipliers, options, out.speculative));
-    out.records = merge_engine_records(parts, shares, workload.requests.size());
-  }
-  out.summary = summarize_run(out.records, slo);
-  return out;
-}
-
-SimulationOutput simulate_replicas(const SchedulerConfig& config, int32_t replicas, const RouterSettings& router,
+// `workload` served by `replicas` replicas of `config` behind `router`, each
+// with its own scheduler, virtual clock and simulated executor; their
+// speculative statistics are merged into `speculative`.
+RunRecords serve_on_virtual_clocks(const SchedulerConfig& config, int32_t replicas, const RouterSettings& router,
                                    const Workload& workload, const CostModels& costs,
                                    const SimulatedSpeculation* speculation,
-                                   std::span<CostMultiplier* const> multipliers, const SloTargets& slo,
-                                   const LoopOptions& loop) {
-  if (replicas < 1 || replicas > 4096)
-    throw InputError(fmt::format("--num-replicas must be in 1 .. 4096 (got {})", replicas));
-  if (replicas == 1) return simulate_costed(config, workload, costs, speculation, multipliers, slo, loop);
-  if (costs.parallel.pipeline_parallel_size > 1)
-    throw InputError("--num-replicas with --pipeline-parallel-size > 1 is not modelled yet; replicas of TP groups "
-                     "are");
-  SimulationOutput out;
-  out.scheduler = config;
-  LoopOptions options = loop;
-  std::optional<CommunicationObserver> observer;
-  if (costs.communication) {
-    out.communication.emplace();
-    observer.emplace(*costs.communication, *out.communication);
-    options.observers.push_back(&*observer);
-  }
+                                   std::span<CostMultiplier* const> multipliers, const LoopOptions& loop,
+                                   std::optional<SpeculativeStats>& speculative) {
   std::vector<std::unique_ptr<Scheduler>> schedulers;
   std::vector<std::unique_ptr<VirtualClock>> clocks;
   std::vector<std::unique_ptr<SimulatedExecutor>> executors;
@@ -109,6 +48,7 @@ SimulationOutput simulate_replicas(const SchedulerConfig& config, int32_t replic
     if (config.num_speculative_tokens > 0) {
       if (!speculation || !costs.draft)
         throw std::logic_error("simulate_replicas: a speculative configuration without a draft or acceptance");
+      // Replica j draws acceptance from its own stream (replica 0: the one-replica run's).
       executors.back()->speculate(*costs.draft, speculation->acceptance, config.num_speculative_tokens,
                                   speculation->seed + uint64_t(j));
     }
@@ -116,9 +56,57 @@ SimulationOutput simulate_replicas(const SchedulerConfig& config, int32_t replic
     parts.push_back(ServingReplica{schedulers.back().get(), executors.back().get(), clocks.back().get()});
   }
   Router r(router);
-  out.records = run_cluster_loop(parts, r, workload, options);
+  RunRecords records = run_cluster_loop(parts, r, workload, loop);
+  for (const auto& e : executors)
+    if (const SpeculativeStats* stats = e->speculative_stats()) {
+      if (speculative) speculative->merge(*stats);
+      else speculative = *stats;
+    }
+  return records;
+}
+
+}  // namespace
+
+SimulationOutput simulate_replicas(const SchedulerConfig& config, int32_t replicas, const RouterSettings& router,
+                                   const Workload& workload, const CostModels& costs,
+                                   const SimulatedSpeculation* speculation,
+                                   std::span<CostMultiplier* const> multipliers, const SloTargets& slo,
+                                   const LoopOptions& loop) {
+  if (replicas < 1 || replicas > 4096)
+    throw InputError(fmt::format("--num-replicas must be in 1 .. 4096 (got {})", replicas));
+  const int32_t engines = costs.parallel.pipeline_parallel_size;
+  if (replicas > 1 && engines > 1)
+    throw InputError("--num-replicas with --pipeline-parallel-size > 1 is not modelled yet; replicas of TP groups "
+                     "are");
+  SimulationOutput out;
+  out.scheduler = config;
+  LoopOptions options = loop;
+  std::optional<CommunicationObserver> observer;
+  if (costs.communication) {
+    out.communication.emplace();
+    observer.emplace(*costs.communication, *out.communication);
+    options.observers.push_back(&*observer);
+  }
+  if (engines == 1) {
+    out.records = serve_on_virtual_clocks(config, replicas, router, workload, costs, speculation, multipliers,
+                                          options, out.speculative);
+  } else {
+    const std::vector<EngineShare> shares = split_for_engines(workload, engines);
+    std::vector<RunRecords> parts;
+    for (size_t e = 0; e < shares.size(); ++e)
+      parts.push_back(serve_on_virtual_clocks(engine_config(config, int32_t(shares.size()), int32_t(e)), 1, router,
+                                              shares[e].workload, costs, speculation, multipliers, options,
+                                              out.speculative));
+    out.records = merge_engine_records(parts, shares, workload.requests.size());
+  }
   out.summary = summarize_run(out.records, slo);
   return out;
+}
+
+SimulationOutput simulate_costed(const SchedulerConfig& config, const Workload& workload, const CostModels& costs,
+                                 const SimulatedSpeculation* speculation, std::span<CostMultiplier* const> multipliers,
+                                 const SloTargets& slo, const LoopOptions& loop) {
+  return simulate_replicas(config, 1, RouterSettings{}, workload, costs, speculation, multipliers, slo, loop);
 }
 
 SchedulerConfig resolve_scheduler_config(const SimulationSetup& setup) {

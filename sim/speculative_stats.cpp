@@ -36,6 +36,25 @@ void SpeculativeStats::record_step(int64_t request_id, int32_t proposed, int32_t
   r.accepted += accepted;
 }
 
+void SpeculativeStats::merge(const SpeculativeStats& other) {
+  if (other.k_ != k_)
+    throw std::logic_error(fmt::format("SpeculativeStats: merging k = {} into k = {}", other.k_, k_));
+  steps_ += other.steps_;
+  emitted_ += other.emitted_;
+  proposed_ += other.proposed_;
+  accepted_ += other.accepted_;
+  plain_decodes_ += other.plain_decodes_;
+  draft_seconds_ += other.draft_seconds_;
+  for (size_t j = 0; j < attempts_.size(); ++j) attempts_[j] += other.attempts_[j], accepts_[j] += other.accepts_[j];
+  for (size_t a = 0; a < histogram_.size(); ++a) histogram_[a] += other.histogram_[a];
+  for (const auto& [id, r] : other.per_request_) {
+    SpeculativeRequestStats& mine = per_request_[id];
+    mine.steps += r.steps;
+    mine.proposed += r.proposed;
+    mine.accepted += r.accepted;
+  }
+}
+
 double SpeculativeStats::mean_accepted_tokens_per_step() const {
   return steps_ > 0 ? double(emitted_) / double(steps_) : 0.0;
 }

@@ -47,6 +47,9 @@ class SpeculativeStats {
   void record_plain_decode() { ++plain_decodes_; }
   // Seconds spent in draft passes (measured or predicted), for the report.
   void add_draft_seconds(double s) { draft_seconds_ += s; }
+  // Adds another run's statistics of the same k (another replica's: its
+  // requests are others). std::logic_error for another k.
+  void merge(const SpeculativeStats& other);
 
   int64_t steps() const { return steps_; }
   int64_t plain_decodes() const { return plain_decodes_; }
