@@ -244,4 +244,30 @@ inline SimulationSetup roofline_setup(SchedulerPolicy policy, double rate, int64
   return setup;
 }
 
+// `n` sequences decoding one token each over `cached` cached tokens, every
+// one sampling (request ids 0 .. n-1).
+inline IterationPlan decode_plan(int n, int32_t cached) {
+  IterationPlan p;
+  for (int i = 0; i < n; ++i) {
+    ScheduledSequence s;
+    s.request_id = i;
+    s.num_query_tokens = 1;
+    s.num_cached_tokens = cached;
+    s.samples = true;
+    p.add(s);
+  }
+  return p;
+}
+
+// One sequence prefilling `tokens` tokens from scratch and sampling.
+inline IterationPlan prefill_plan(int32_t tokens) {
+  IterationPlan p;
+  ScheduledSequence s;
+  s.num_query_tokens = tokens;
+  s.is_prefill = true;
+  s.samples = true;
+  p.add(s);
+  return p;
+}
+
 }  // namespace servesim::test

@@ -17,35 +17,6 @@
 
 using namespace servesim;
 
-namespace {
-
-ScheduledSequence decode_seq(int64_t id, int32_t cached) {
-  ScheduledSequence s;
-  s.request_id = id;
-  s.num_query_tokens = 1;
-  s.num_cached_tokens = cached;
-  s.samples = true;
-  return s;
-}
-
-IterationPlan decode_batch(int n, int32_t cached) {
-  IterationPlan p;
-  for (int i = 0; i < n; ++i) p.add(decode_seq(i, cached));
-  return p;
-}
-
-IterationPlan prefill(int32_t tokens) {
-  IterationPlan p;
-  ScheduledSequence s;
-  s.num_query_tokens = tokens;
-  s.is_prefill = true;
-  s.samples = true;
-  p.add(s);
-  return p;
-}
-
-}  // namespace
-
 TEST_CASE("Rank shapes split heads, KV heads, MLP width and vocabulary", "[parallel]") {
   const ModelSpec m = resolve_model("llama-3.1-70b");  // H 64, Hkv 8, I 28672, V 128256, L 80
   const RankShape r8 = rank_shape(m, {8, 1});
@@ -116,7 +87,7 @@ TEST_CASE("70B in bf16 is refused on one H100 naming the TP that fits, and fits 
 TEST_CASE("Communication: 2L + 1 all-reduces of T d b bytes, the logits' gather, stage transfers", "[parallel]") {
   const ModelSpec m = resolve_model("llama-3.1-8b");
   const Interconnect nv = resolve_interconnect("nvlink4");
-  const IterationPlan batch = decode_batch(8, 500);
+  const IterationPlan batch = test::decode_plan(8, 500);
   const CommunicationBreakdown c = CommunicationModel(m, {4, 1}, nv).breakdown(batch);
   // 8 tokens x 4096 x 2 B = 64 KiB each, 65 of them; 8 rows of 128256 bf16 logits.
   CHECK(c.all_reduce == Approx(65 * nv.all_reduce_seconds(4, 65536)).epsilon(1e-12));
@@ -128,7 +99,7 @@ TEST_CASE("Communication: 2L + 1 all-reduces of T d b bytes, the logits' gather,
   // A 4096-token prefill's 32 MiB messages go through NCCL.
   CHECK(nv.all_reduce_implementation(4, 4096.0 * 4096 * 2) == "nccl");
   // PP: (PP - 1) sends of hidden states and residual, no all-reduce.
-  const CommunicationBreakdown p = CommunicationModel(m, {1, 4}, nv).breakdown(prefill(1000));
+  const CommunicationBreakdown p = CommunicationModel(m, {1, 4}, nv).breakdown(test::prefill_plan(1000));
   CHECK(p.all_reduce == 0);
   CHECK(p.stage_transfer == Approx(3 * nv.send_seconds(2.0 * 1000 * 4096 * 2)).epsilon(1e-12));
   // TP 1 x PP 1 communicates nothing.
@@ -147,7 +118,7 @@ TEST_CASE("A TP group costs one rank's roofline at the sharded shapes plus its c
   CHECK(one.communication == nullptr);
   REQUIRE(tp2.communication != nullptr);
   const RooflineModel rank(m, h, settings.roofline, {2, 1});
-  for (const IterationPlan& plan : {decode_batch(1, 100), decode_batch(32, 2000), prefill(4096)}) {
+  for (const IterationPlan& plan : {test::decode_plan(1, 100), test::decode_plan(32, 2000), test::prefill_plan(4096)}) {
     CHECK(tp2.target->seconds(plan) == Approx(rank.seconds(plan) + tp2.communication->seconds(plan)).epsilon(1e-12));
     // Each rank streams about half the weights: a decode's compute halves, less the fixed parts.
     CHECK(rank.seconds(plan) < one.target->seconds(plan));
@@ -155,10 +126,10 @@ TEST_CASE("A TP group costs one rank's roofline at the sharded shapes plus its c
   }
   // TP 1 is the model it always was.
   const RooflineModel plain(m, h, settings.roofline);
-  CHECK(one.target->seconds(prefill(777)) == plain.seconds(prefill(777)));
+  CHECK(one.target->seconds(test::prefill_plan(777)) == plain.seconds(test::prefill_plan(777)));
   // The sampler still reads every logit: the LM head part shrinks less than half.
-  const RooflineBreakdown b1 = plain.breakdown(decode_batch(64, 100));
-  const RooflineBreakdown b2 = rank.breakdown(decode_batch(64, 100));
+  const RooflineBreakdown b1 = plain.breakdown(test::decode_plan(64, 100));
+  const RooflineBreakdown b2 = rank.breakdown(test::decode_plan(64, 100));
   CHECK(b2.lm_head > 0.5 * b1.lm_head);
   CHECK(b2.qkv_proj == Approx(0.5 * b1.qkv_proj).epsilon(0.02));
 }

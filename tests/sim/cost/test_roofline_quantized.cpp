@@ -54,29 +54,6 @@ RooflineOptions ideal() {
   return o;
 }
 
-IterationPlan decode_batch(int n, int32_t cached) {
-  IterationPlan p;
-  for (int i = 0; i < n; ++i) {
-    ScheduledSequence s;
-    s.request_id = i;
-    s.num_query_tokens = 1;
-    s.num_cached_tokens = cached;
-    s.samples = true;
-    p.add(s);
-  }
-  return p;
-}
-
-IterationPlan prefill(int32_t tokens) {
-  IterationPlan p;
-  ScheduledSequence s;
-  s.num_query_tokens = tokens;
-  s.is_prefill = true;
-  s.samples = true;
-  p.add(s);
-  return p;
-}
-
 double gemms(const RooflineBreakdown& b) { return b.qkv_proj + b.o_proj + b.gate_up_proj + b.down_proj; }
 
 constexpr double kTight = 1e-9;
@@ -133,7 +110,7 @@ TEST_CASE("Roofline with quantized weights: bytes, compute dtype, activation qua
   SECTION("batch-1 decode is memory-bound: w4a16 streams a quarter of the weights") {
     const ModelSpec m = tiny(WeightQuantization::W4A16);
     RooflineModel r(m, round_gpu(1e30, 1e11), ideal());
-    const RooflineBreakdown b = r.breakdown(decode_batch(1, 99));
+    const RooflineBreakdown b = r.breakdown(test::decode_plan(1, 99));
     // q,k,v: 64 x 128 / 2 + 2 x 128 (scales) + (64 + 128) x 2 (bf16 in and out)
     // = 4096 + 256 + 384 = 4736 B per layer, at 0.95 of the bandwidth.
     CHECK(b.qkv_proj == Approx(2 * 4736 / (1e11 * 0.95)).epsilon(kTight));
@@ -142,15 +119,15 @@ TEST_CASE("Roofline with quantized weights: bytes, compute dtype, activation qua
     const ModelSpec m = tiny(WeightQuantization::Fp8);
     RooflineModel mem(m, round_gpu(1e30, 1e11), ideal());
     // q,k,v: 64 x 128 + 4 x 128 + 64 x 1 (fp8 in) + 128 x 2 (bf16 out) = 9024 B, at 0.75.
-    CHECK(mem.breakdown(decode_batch(1, 99)).qkv_proj == Approx(2 * 9024 / (1e11 * 0.75)).epsilon(kTight));
+    CHECK(mem.breakdown(test::decode_plan(1, 99)).qkv_proj == Approx(2 * 9024 / (1e11 * 0.75)).epsilon(kTight));
     RooflineModel compute(m, round_gpu(1e12, 1e30), ideal());
-    const RooflineBreakdown b = compute.breakdown(prefill(4096));
+    const RooflineBreakdown b = compute.breakdown(test::prefill_plan(4096));
     // 2 x 73,728 x 4096 FLOP at 2e12 x 0.80.
     CHECK(gemms(b) == Approx(2 * 73728.0 * 4096 / (2e12 * 0.80)).epsilon(kTight));
     // The quantization of each GEMM input: (2 + 1) B x (2 d + H dh + I) = 3 x 320
     // per token and layer, beside the bf16 elementwise bytes.
     RooflineModel plain(tiny(), round_gpu(1e30, 1e11), ideal());
-    const double extra = mem.breakdown(prefill(100)).elementwise - plain.breakdown(prefill(100)).elementwise;
+    const double extra = mem.breakdown(test::prefill_plan(100)).elementwise - plain.breakdown(test::prefill_plan(100)).elementwise;
     CHECK(extra == Approx(2 * 100 * 3 * 320 / 1e11).epsilon(1e-6));
   }
   SECTION("an 8-bit KV cache halves decode attention's bytes at 0.7 of the bandwidth efficiency") {
@@ -158,14 +135,14 @@ TEST_CASE("Roofline with quantized weights: bytes, compute dtype, activation qua
     RooflineModel fp8(tiny(WeightQuantization::None, KvCacheDtype::Fp8E4M3), round_gpu(1e30, 1e11), ideal());
     // bf16 (test_roofline.cpp): (64,000 + 64 + 128) x 2 B x 2 layers; fp8:
     // (64,000 + 64) x 1 B + 128 x 2 B of Q and O, per layer.
-    CHECK(bf16.breakdown(decode_batch(1, 999)).decode_attention == Approx(256768 / 1e11).epsilon(kTight));
-    CHECK(fp8.breakdown(decode_batch(1, 999)).decode_attention ==
+    CHECK(bf16.breakdown(test::decode_plan(1, 999)).decode_attention == Approx(256768 / 1e11).epsilon(kTight));
+    CHECK(fp8.breakdown(test::decode_plan(1, 999)).decode_attention ==
           Approx(2 * (64064 + 256) / (1e11 * 0.70)).epsilon(kTight));
   }
   SECTION("defaults unchanged: no quantization costs exactly what it did") {
     RooflineModel a(tiny(), round_gpu(1e12, 1e11), ideal());
-    CHECK(a.breakdown(decode_batch(4, 100)).total() ==
-          RooflineModel(tiny(), round_gpu(1e12, 1e11), ideal()).breakdown(decode_batch(4, 100)).total());
+    CHECK(a.breakdown(test::decode_plan(4, 100)).total() ==
+          RooflineModel(tiny(), round_gpu(1e12, 1e11), ideal()).breakdown(test::decode_plan(4, 100)).total());
     CHECK(a.describe().count("quantization") == 0);
   }
 }
@@ -181,7 +158,7 @@ TEST_CASE("Quantized GEMM speedups over bf16 on h200 fall in the published bands
     q.quantization.weights = w;
     const RooflineModel base(resolve_model("llama-3.1-8b"), h200, defaults);
     const RooflineModel quant(q, h200, defaults);
-    const IterationPlan p = decode_batch(batch, 512);
+    const IterationPlan p = test::decode_plan(batch, 512);
     return gemms(base.breakdown(p)) / gemms(quant.breakdown(p));
   };
   for (int b : {1, 8, 32}) {
@@ -198,7 +175,7 @@ TEST_CASE("Quantized GEMM speedups over bf16 on h200 fall in the published bands
   CHECK(speedup(WeightQuantization::W4A16, 256) < 1.0);
   ModelSpec kv = resolve_model("llama-3.1-8b");
   kv.quantization.kv_cache = KvCacheDtype::Fp8E4M3;
-  const IterationPlan long_decode = decode_batch(32, 4096);
+  const IterationPlan long_decode = test::decode_plan(32, 4096);
   const double attention = RooflineModel(resolve_model("llama-3.1-8b"), h200, defaults)
                                .breakdown(long_decode).decode_attention /
                            RooflineModel(kv, h200, defaults).breakdown(long_decode).decode_attention;
