@@ -19,11 +19,11 @@
 #include <fmt/format.h>
 #include <omp.h>
 
-#include "calib/calibrate_cuda.h"
 #include "calib/calibration_common.h"
 #include "calib/ceilings.h"
 #include "calib/cpu_calibration.h"
 #include "calib/microbench_runner.h"
+#include "kernels/cuda_plugin/cuda_entry_points.h"
 #include "kernels/decoder/device_choice.h"
 #include "sim/errors.h"
 
@@ -163,11 +163,8 @@ DeviceProfile calibrate(const CalibrationOptions& options, std::function<void(co
   if (device.cuda) {
     calibration_grids(options);  // the options first, then the device
     require_device(device);      // InputError: no GPU, no CUDA backend, ...
-#if SERVESIM_WITH_CUDA
-    return calibrate_cuda(options, std::move(progress));
-#else
-    throw std::logic_error("require_device accepted a CUDA device in a build without CUDA");
-#endif
+    // require_device found the backend's entry points (kernels/cuda_plugin/).
+    return cuda_entry_points(nullptr)->calibrate(options, std::move(progress));
   }
   const auto started = Clock::now();
   const ceilings::CpuUse cpu_at_start = ceilings::CpuUse::now();

@@ -27,6 +27,7 @@
 #include "kernels/cuda/cuda_stream.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/pinned_buffer.h"
+#include "kernels/cuda/cuda_decoder.h"
 #include "kernels/decoder/decoder_executor.h"
 #include "kernels/decoder/decoder_model.h"
 #include "kernels/decoder/device_choice.h"
@@ -396,7 +397,8 @@ DeviceProfile calibrate_cuda(const CalibrationOptions& options, std::function<vo
     DecoderExecutorOptions executor_options;
     executor_options.sampling = sampling;
     DecoderExecutor executor(
-        make_cuda_decoder_random(model, options.weights_seed, decoder_blocks, bs, decoder_options), executor_options);
+        cuda::make_decoder_random(model, options.weights_seed, decoder_blocks, bs, decoder_options, nullptr),
+        executor_options);
     const calibration::OneSequencePlan decode(1, 1, context - 1, false, bs);
     measured_decode_s = calibration::median_execute_s(executor, decode.plan(), 3, decode_repetitions);
     predicted_decode_s = calibration::tables_seconds(p, decode.plan());

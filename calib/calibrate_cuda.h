@@ -3,7 +3,7 @@
 // steps of cuda::Backend) timed with CUDA events, into the same profile
 // tables as the CPU calibration (calib/calibrate.h says what each holds).
 // Plain C++ can include this header; the definition is compiled only where
-// the CUDA backend is (SERVESIM_WITH_CUDA).
+// the CUDA backend is, in its module (kernels/cuda_plugin/).
 //
 // Timing (calib/cuda_timer.h):
 //   cold  - the GEMMs, both attentions and lm_head: before every launch the

@@ -8,6 +8,8 @@
 // index arrays are copied in before each replay at the fixed addresses the
 // graph reads. A reallocation of any buffer (a larger batch than seen
 // before) drops every graph.
+#include "kernels/cuda/cuda_decoder.h"
+
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -271,7 +273,9 @@ class CudaDecoder final : public DecoderModel {
 
 }  // namespace
 
-std::string cuda_device_unavailable(int index) {
+namespace cuda {
+
+std::string device_unavailable(int index) {
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);
   if (status == cudaErrorNoDevice || status == cudaErrorInsufficientDriver)
@@ -289,22 +293,23 @@ std::string cuda_device_unavailable(int index) {
   return "";
 }
 
-std::unique_ptr<DecoderModel> make_cuda_decoder(HostWeights&& weights, int64_t num_blocks, int32_t block_size,
-                                                const CudaDecoderOptions& options) {
+std::unique_ptr<DecoderModel> make_decoder(HostWeights&& weights, int64_t num_blocks, int32_t block_size,
+                                           const CudaDecoderOptions& options) {
   const ModelSpec spec = weights.spec;
   check_decoder_supports(spec);
   return std::make_unique<CudaDecoder>(spec, std::optional<HostWeights>(std::move(weights)), 0, spec, num_blocks,
                                        block_size, options);
 }
 
-std::unique_ptr<DecoderModel> make_cuda_decoder_random(const ModelSpec& spec, uint64_t seed, int64_t num_blocks,
-                                                       int32_t block_size, const CudaDecoderOptions& options,
-                                                       const ModelSpec* layers_of) {
+std::unique_ptr<DecoderModel> make_decoder_random(const ModelSpec& spec, uint64_t seed, int64_t num_blocks,
+                                                  int32_t block_size, const CudaDecoderOptions& options,
+                                                  const ModelSpec* layers_of) {
   check_decoder_supports(spec);
   if (layers_of && layers_of->num_hidden_layers < spec.num_hidden_layers)
-    throw std::logic_error("make_cuda_decoder_random: a self-draft has fewer layers than its target");
+    throw std::logic_error("cuda::make_decoder_random: a self-draft has fewer layers than its target");
   return std::make_unique<CudaDecoder>(spec, std::nullopt, seed, layers_of ? *layers_of : spec, num_blocks,
                                        block_size, options);
 }
 
+}  // namespace cuda
 }  // namespace servesim

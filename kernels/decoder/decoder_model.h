@@ -73,8 +73,9 @@ struct CudaDecoderOptions {
   int32_t max_graph_batch = 512;  // decode batches above this run without a graph
 };
 
-// The CUDA decoder (bf16, cuBLAS, kernels/cuda): from host weights
-// (consumed; converted to bf16 on the device) ...
+// The CUDA decoder (bf16, cuBLAS, kernels/cuda; reached through the module
+// loader of kernels/cuda_plugin/, InputError naming --device without one):
+// from host weights (consumed; converted to bf16 on the device) ...
 std::unique_ptr<DecoderModel> make_cuda_decoder(HostWeights&& weights, int64_t num_blocks, int32_t block_size,
                                                 const CudaDecoderOptions& options);
 // ... or with random_weights(spec, seed)'s values made on the device (an 8B

@@ -19,8 +19,8 @@ DeviceChoice parse_device(const std::string& value);
 
 // "" when CUDA device `index` can run the decoder; otherwise why not (this
 // build has no CUDA backend, no GPU is visible, the index is out of range,
-// or the GPU is older than the build's architecture). Defined by the CUDA
-// backend, or by kernels/cuda/no_cuda without one.
+// or the GPU is older than the build's architecture, the backend's module
+// cannot be loaded). Defined by kernels/cuda_plugin/cuda_loader.cpp.
 std::string cuda_device_unavailable(int index);
 
 // InputError (exit 2 at the CLI) with cuda_device_unavailable's reason when

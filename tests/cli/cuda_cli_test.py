@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cli_test import check, expect_input_error, load_summary, run_case_from_argv  # noqa: E402
 
 # What require_device says when the device cannot be used
-# (kernels/cuda/cuda_decoder.cpp, kernels/cuda/no_cuda/no_cuda.cpp).
+# (kernels/cuda/cuda_decoder.cpp, kernels/cuda_plugin/cuda_loader.cpp).
 NO_GPU_REASONS = ["no CUDA device is visible", "no GPU with a CUDA driver", "no usable CUDA device",
                   "this build has no CUDA backend"]
 
@@ -148,6 +148,43 @@ def run_cuda_device(ctx):
     # An ordinal no machine here has: refused everywhere, naming it.
     p = ctx.run("run", "--device", "cuda:99", *SMALL_RUN)
     check(p.returncode == 2 and "--device cuda:99" in p.stderr, f"cuda:99: exit {p.returncode}, {p.stderr!r}")
+
+
+CUDA_LIBRARIES = ("libcudart", "libcublas", "libservesim_cuda")
+
+
+def loaded_libraries(ctx, *args):
+    """The shared objects the dynamic loader maps while servesim runs ARGS (LD_DEBUG=files)."""
+    env = dict(os.environ, LD_DEBUG="files")
+    p = subprocess.run([ctx.servesim, *args], capture_output=True, text=True, timeout=120, env=env)
+    print(f"$ LD_DEBUG=files {ctx.servesim} {' '.join(args)}\n  -> exit {p.returncode}")
+    return p, [line for line in p.stderr.splitlines() if "file=" in line]
+
+
+@case
+def cuda_libraries_loaded_only_for_cuda(ctx):
+    # simulate, sweep and capacity never map the CUDA runtime, cuBLAS or the
+    # backend's module (kernels/cuda_plugin/), in a CUDA build too.
+    os.makedirs(ctx.work_dir, exist_ok=True)
+    commands = [["simulate", "--quiet", "--num-requests", "50", "--out", ctx.path("sim")],
+                ["sweep", "--quiet", "--grid", "max-num-seqs=8,16", "--out", ctx.path("sweep"), "--", "--num-requests", "20"],
+                ["capacity", "--num-requests", "40", "--seeds", "1", "--slo-ttft", "1", "--out", ctx.path("capacity")],
+                ["run", "--device", "cpu", "--quiet", *SMALL_RUN, "--out", ctx.path("run_cpu")]]
+    for args in commands:
+        p, files = loaded_libraries(ctx, *args)
+        check(p.returncode == 0, f"{args[0]} failed: {p.stderr[-1500:]}")
+        loaded = [line for line in files if any(lib in line for lib in CUDA_LIBRARIES)]
+        check(not loaded, f"{args[0]} loaded CUDA libraries: {loaded[:3]}")
+        check(files, f"{args[0]}: LD_DEBUG listed nothing (is the test seeing the loader?)")
+    # A CUDA device opens the module (and, through it, the CUDA runtime):
+    # the check above can see a load.
+    if no_cuda_backend(ctx):
+        return
+    p, files = loaded_libraries(ctx, "calibrate", "--device", "cuda:99", "--model", "tiny-15m", "--quick",
+                                "--out", ctx.path("never.json"))
+    check(p.returncode == 2 and "--device cuda:99" in p.stderr, f"cuda:99: exit {p.returncode}")
+    check(any("libservesim_cuda" in line for line in files), "a CUDA device did not open the backend's module")
+    check(any("libcudart" in line for line in files), "the backend's module did not bring the CUDA runtime")
 
 
 @case
