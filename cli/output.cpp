@@ -1,6 +1,7 @@
 #include "cli/output.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 
 #include <unistd.h>
@@ -36,12 +37,12 @@ std::function<void(const RunProgress&)> progress_printer(const std::string& comm
 
 void emit_results(const po::variables_map& vm, const RunRecords& records, const RunSummary& summary,
                   const nlohmann::json& summary_json, const std::string& title,
-                  const SpeculativeStats* speculative) {
+                  const SpeculativeStats* speculative, bool iterations_streamed) {
   nlohmann::json full = summary_json;
   if (speculative) full["speculative"] = speculative->to_json();
   if (vm.count("out")) {
     const std::string dir = vm["out"].as<std::string>();
-    write_run_outputs(dir, records, full);
+    write_run_outputs(dir, records, full, !iterations_streamed);
     if (speculative) speculative->write_requests_csv(dir + "/speculative_requests.csv");
   }
   if (vm.count("json")) {
@@ -58,6 +59,19 @@ void emit_results(const po::variables_map& vm, const RunRecords& records, const 
   if (vm.count("out"))
     std::cout << "  outputs    " << vm["out"].as<std::string>() << "/{summary.json,requests.csv,iterations.csv"
               << (speculative ? ",speculative_requests.csv" : "") << "}\n";
+}
+
+IterationsStream::IterationsStream(const std::string& out_dir, bool with_replica) : dir_(out_dir) {
+  std::error_code ignored;
+  created_dir_ = !std::filesystem::exists(out_dir, ignored);
+  create_output_folder(out_dir);
+  writer_ = std::make_unique<IterationsCsvWriter>(out_dir + "/iterations.csv", with_replica);
+}
+
+IterationsStream::~IterationsStream() {
+  writer_.reset();  // an unfinished writer removes its file
+  std::error_code ignored;
+  if (!finished_ && created_dir_) std::filesystem::remove(dir_, ignored);  // only if empty
 }
 
 }  // namespace servesim::cli

@@ -3,12 +3,14 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 
 #include <boost/program_options.hpp>
 #include <nlohmann/json.hpp>
 
 #include "sim/metrics.h"
+#include "sim/report.h"
 #include "engine/serving_loop.h"
 #include "sim/speculative_stats.h"
 
@@ -24,9 +26,36 @@ std::function<void(const RunProgress&)> progress_printer(const std::string& comm
 // Writes --out DIR and prints the table (or the JSON with --json). With
 // `speculative` (a speculative run), summary.json gains its "speculative"
 // object, DIR gets speculative_requests.csv and the table a speculation line.
+// With `iterations_streamed`, an IterationsStream already wrote
+// iterations.csv there.
 void emit_results(const boost::program_options::variables_map& vm, const RunRecords& records,
                   const RunSummary& summary, const nlohmann::json& summary_json, const std::string& title,
-                  const SpeculativeStats* speculative = nullptr);
+                  const SpeculativeStats* speculative = nullptr, bool iterations_streamed = false);
+
+// iterations.csv of --out DIR written as the loop runs, so no iteration is
+// kept in memory: attach it to the loop's observers, keep_iterations off,
+// then finish() after the run. Only for a loop whose iterations come in
+// their final order (not pipeline-parallel engines, whose records are
+// merged after their runs).
+// A run that fails (finish() never called) leaves nothing behind: neither
+// the file nor DIR where the stream created it.
+class IterationsStream final : public LoopObserver {
+ public:
+  IterationsStream(const std::string& out_dir, bool with_replica);  // creates DIR
+  ~IterationsStream() override;
+  void after_iteration(const IterationPlan&, const IterationResult&, const IterationRecord& record) override {
+    writer_->add(record);
+  }
+  void finish() {
+    writer_->finish();
+    finished_ = true;
+  }
+
+ private:
+  std::string dir_;
+  bool created_dir_ = false, finished_ = false;
+  std::unique_ptr<IterationsCsvWriter> writer_;
+};
 
 bool stderr_is_terminal();
 

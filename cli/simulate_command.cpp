@@ -75,7 +75,17 @@ int simulate_command(int argc, const char* const* argv) {
   const Workload workload = make_workload(setup.workload);
   LoopOptions loop;
   loop.progress = progress_printer("simulate", quiet);
-  SimulationOutput out = simulate_workload(setup, workload, costs, loop);
+  // iterations.csv streams to --out as the loop runs (PP engines' records
+  // are merged after their runs: kept, written at the end).
+  std::optional<IterationsStream> iterations_csv;
+  if (vm.count("out") && setup.parallel.pipeline_parallel_size == 1) {
+    iterations_csv.emplace(vm["out"].as<std::string>(), setup.num_replicas > 1);
+    loop.observers.push_back(&*iterations_csv);
+  }
+  SimulationSetup main_setup = setup;
+  main_setup.keep_iterations = vm.count("out") && !iterations_csv;  // only the PP engines' records are kept
+  SimulationOutput out = simulate_workload(main_setup, workload, costs, loop);
+  if (iterations_csv) iterations_csv->finish();
   std::optional<LatencyBands> bands;
   const RunSummary single = out.summary;
   if (num_draws > 1) {
@@ -94,8 +104,6 @@ int simulate_command(int argc, const char* const* argv) {
         });
     out.summary = with_medians(out.summary, *bands);
   }
-  const double wall_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
 
   nlohmann::json config = setup_to_json(setup, out.scheduler, costs);
   std::string device = setup.hardware.name;
@@ -142,8 +150,12 @@ int simulate_command(int argc, const char* const* argv) {
                                                        : std::string()), to_string(out.scheduler.policy), workload.requests.size(),
                            to_string(setup.workload.arrival),
                            bands ? fmt::format("; medians over {} jittered simulations", num_draws) : ""),
-               out.speculative ? &*out.speculative : nullptr);
+               out.speculative ? &*out.speculative : nullptr, iterations_csv.has_value());
   if (bands && !vm.count("json")) std::cout << "  draws      " << band_line(*bands) << "\n";
+  // The whole command as a user runs it: the workload, the simulation and
+  // every output written.
+  const double wall_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   if (!quiet)
     std::fprintf(stderr, "%ssimulated %lld output tokens in %.2f s wall time (%.2f M tokens/s)\n",
                  wall_s > 1 && stderr_is_terminal() ? "\n" : "", (long long)out.summary.output_tokens,

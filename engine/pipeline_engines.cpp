@@ -66,6 +66,8 @@ RunRecords merge_engine_records(std::vector<RunRecords>& parts, const std::vecto
     out.iterations.insert(out.iterations.end(), part.iterations.begin(), part.iterations.end());
     out.itl_s.merge(part.itl_s);
     out.num_iterations += part.num_iterations;
+    out.batch_tokens += part.batch_tokens;
+    out.batch_sequences += part.batch_sequences;
     out.preemptions += part.preemptions;
     out.peak_kv_blocks += part.peak_kv_blocks;
     out.num_gpu_blocks += part.num_gpu_blocks;

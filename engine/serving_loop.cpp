@@ -255,6 +255,8 @@ RunRecords run_cluster_loop(std::span<const ServingReplica> replica_parts, Route
     rec.decode_sequences = plan.num_decode_sequences;
     rec.sampled_sequences = plan.num_sampling_sequences;
     rec.prefix_hit_tokens = plan.num_prefix_hit_tokens;
+    records.batch_tokens += rec.prefill_tokens + rec.decode_tokens;
+    records.batch_sequences += rec.prefill_sequences + rec.decode_sequences;
     if (options.keep_iterations) records.iterations.push_back(rec);
     for (LoopObserver* o : options.observers) o->after_iteration(plan, result, rec);
 

@@ -94,9 +94,8 @@ inline void KvBlockPool::drop_key(int32_t block) {
   ++evicted_blocks_;
 }
 
-bool KvBlockPool::grow_to(std::vector<int32_t>& table, int64_t tokens) {
+bool KvBlockPool::grow(std::vector<int32_t>& table, int64_t tokens) {
   const int64_t need = blocks_for(tokens) - int64_t(table.size());
-  if (need <= 0) return true;
   if (need > num_free_) return false;
   const size_t first = table.size();
   // Lazy eviction: a slot is reused only now. One pass, pipelined so that

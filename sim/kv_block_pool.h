@@ -49,7 +49,12 @@ class KvBlockPool {
   // Grows `table` so it holds at least `tokens` tokens, with blocks from the
   // head of the free queue (evicting the key a block still holds). Returns
   // false, and changes nothing, when there are not enough free blocks.
-  bool grow_to(std::vector<int32_t>& table, int64_t tokens);
+  bool grow_to(std::vector<int32_t>& table, int64_t tokens) {
+    // Most calls (a decode token inside its last block) need nothing: tested
+    // inline, with a multiplication (a decode step calls this for every
+    // sequence).
+    return tokens <= int64_t(table.size()) * block_size_ || grow(table, tokens);
+  }
   // Frees the blocks of `table` beyond those `tokens` tokens need (the room a
   // speculative step reserved for drafts that were rejected).
   void shrink_to(std::vector<int32_t>& table, int64_t tokens);
@@ -97,6 +102,7 @@ class KvBlockPool {
   // position and skipped; compact() drops them once they are many.
   void push_back_free(int32_t block);
   void take_out_of_queue(int32_t block);
+  bool grow(std::vector<int32_t>& table, int64_t tokens);  // grow_to's allocating part
   int32_t pop_front_free();
   void compact();
   // How many blocks ahead a batch loads the index's cache lines (and grow_to

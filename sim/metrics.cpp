@@ -125,14 +125,9 @@ RunSummary summarize_run(RunRecords& records, const SloTargets& slo) {
     s.prefix_cache_hit_rate = double(records.prefix_cache.hits_tokens) / double(records.prefix_cache.queries_tokens);
   s.peak_kv_utilization =
       records.num_gpu_blocks > 0 ? double(records.peak_kv_blocks) / double(records.num_gpu_blocks) : 0;
-  double tokens = 0, seqs = 0;
-  for (const IterationRecord& it : records.iterations) {
-    tokens += it.prefill_tokens + it.decode_tokens;
-    seqs += it.prefill_sequences + it.decode_sequences;
-  }
-  if (!records.iterations.empty()) {
-    s.mean_batch_tokens = tokens / double(records.iterations.size());
-    s.mean_batch_sequences = seqs / double(records.iterations.size());
+  if (records.num_iterations > 0) {
+    s.mean_batch_tokens = double(records.batch_tokens) / double(records.num_iterations);
+    s.mean_batch_sequences = double(records.batch_sequences) / double(records.num_iterations);
   }
   for (size_t i = 0; i < rejection_counts.size(); ++i)
     if (rejection_counts[i] > 0) s.rejections.emplace_back(records.rejection_reasons[i], rejection_counts[i]);

@@ -78,6 +78,9 @@ struct RunRecords {
   std::vector<std::string> rejection_reasons;
   StreamingSamples itl_s;  // every inter-token gap
   int64_t num_iterations = 0;
+  // Tokens and sequences summed over every iteration (the mean batch),
+  // kept or not.
+  int64_t batch_tokens = 0, batch_sequences = 0;
   int64_t preemptions = 0;
   int64_t peak_kv_blocks = 0;
   int64_t num_gpu_blocks = 0;

@@ -3,7 +3,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <string_view>
 
+#include <fmt/compile.h>
 #include <fmt/format.h>
 
 #include "sim/errors.h"
@@ -37,6 +39,10 @@ class CsvWriter {
       throw InputError(fmt::format("{}: write failed", path_));
     buffer_.clear();
   }
+  // Closes the file: InputError when what was written did not reach it.
+  void close() {
+    if (std::fclose(file_.release()) != 0) throw InputError(fmt::format("{}: write failed", path_));
+  }
   ~CsvWriter() = default;
 
  private:
@@ -45,8 +51,27 @@ class CsvWriter {
   fmt::memory_buffer buffer_;
 };
 
-// Empty cell for an undefined time (e.g. TTFT of a rejected request).
-std::string cell(double v) { return v < 0 ? std::string() : fmt::format("{}", v); }
+// Cells appended straight into the buffer, their formats compiled (no
+// format-string parsing, no temporary strings): iterations.csv of a long run
+// has millions of rows. A double is written in its shortest exact form, as
+// fmt's "{}" writes it.
+void put(fmt::memory_buffer& b, int64_t v) {
+  const fmt::format_int digits(v);
+  b.append(digits.data(), digits.data() + digits.size());
+}
+void put(fmt::memory_buffer& b, double v) { fmt::format_to(fmt::appender(b), FMT_COMPILE("{}"), v); }
+void put(fmt::memory_buffer& b, std::string_view text) { b.append(text.data(), text.data() + text.size()); }
+// `v` and a comma; an empty cell for an undefined time (v < 0: e.g. TTFT of
+// a rejected request).
+void time_cell(fmt::memory_buffer& b, double v) {
+  if (v >= 0) put(b, v);
+  b.push_back(',');
+}
+template <typename T>
+void cell(fmt::memory_buffer& b, T v) {
+  put(b, v);
+  b.push_back(',');
+}
 
 std::string ms(double seconds) { return fmt::format("{:.2f}", seconds * 1e3); }
 
@@ -101,62 +126,130 @@ nlohmann::json summary_to_json(const RunSummary& s, const SloTargets& slo,
 
 void write_requests_csv(const std::string& path, const RunRecords& records) {
   CsvWriter out(path);
-  fmt::format_to(std::back_inserter(out.buffer()),
-                 "id,status,arrival_s,prompt_tokens,output_tokens,first_scheduled_s,first_token_s,"
-                 "last_token_s,finish_s,ttft_s,tpot_s,e2e_s,queueing_s,tokens_emitted,emissions,"
-                 "preemptions,cached_tokens,rejection_reason{}\n", records.replicas.empty() ? "" : ",replica");
+  fmt::memory_buffer& b = out.buffer();
+  put(b, "id,status,arrival_s,prompt_tokens,output_tokens,first_scheduled_s,first_token_s,"
+         "last_token_s,finish_s,ttft_s,tpot_s,e2e_s,queueing_s,tokens_emitted,emissions,"
+         "preemptions,cached_tokens,rejection_reason");
+  put(b, records.replicas.empty() ? "\n" : ",replica\n");
   for (const RequestRecord& r : records.requests) {
     if (!r.submitted()) continue;
-    const char* status = r.rejected() ? "rejected" : r.completed() ? "completed" : "unfinished";
     const bool done = r.completed();
-    fmt::format_to(std::back_inserter(out.buffer()), "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
-                   r.id, status, r.arrival_s, r.prompt_tokens, r.output_tokens,
-                   cell(r.first_scheduled_s), cell(r.first_token_s), cell(r.last_token_s),
-                   cell(r.finish_s), done ? cell(r.first_token_s - r.arrival_s) : "",
-                   cell(request_tpot_s(r)), done ? cell(r.finish_s - r.arrival_s) : "",
-                   r.first_scheduled_s >= 0 ? cell(r.first_scheduled_s - r.arrival_s) : "",
-                   r.tokens_emitted, r.emissions, r.preemptions, r.cached_tokens,
-                   r.rejected() ? "\"" + records.rejection_reasons[size_t(r.rejection)] + "\"" : "");
-    if (!records.replicas.empty()) {
-      // The row's newline is already out: put the replica before it.
-      fmt::memory_buffer& b = out.buffer();
-      b.resize(b.size() - 1);
-      fmt::format_to(std::back_inserter(b), ",{}\n", r.replica);
+    cell(b, r.id);
+    cell(b, std::string_view(r.rejected() ? "rejected" : done ? "completed" : "unfinished"));
+    cell(b, r.arrival_s);
+    cell(b, int64_t(r.prompt_tokens));
+    cell(b, int64_t(r.output_tokens));
+    time_cell(b, r.first_scheduled_s);
+    time_cell(b, r.first_token_s);
+    time_cell(b, r.last_token_s);
+    time_cell(b, r.finish_s);
+    time_cell(b, done ? r.first_token_s - r.arrival_s : -1);
+    time_cell(b, request_tpot_s(r));
+    time_cell(b, done ? r.finish_s - r.arrival_s : -1);
+    time_cell(b, r.first_scheduled_s >= 0 ? r.first_scheduled_s - r.arrival_s : -1);
+    cell(b, int64_t(r.tokens_emitted));
+    cell(b, int64_t(r.emissions));
+    cell(b, int64_t(r.preemptions));
+    cell(b, int64_t(r.cached_tokens));
+    if (r.rejected()) {
+      b.push_back('"');
+      put(b, records.rejection_reasons[size_t(r.rejection)]);
+      b.push_back('"');
     }
+    if (!records.replicas.empty()) {
+      b.push_back(',');
+      put(b, int64_t(r.replica));
+    }
+    b.push_back('\n');
     out.flush_if_large();
   }
   out.flush();
+  out.close();
 }
+
+namespace {
+
+constexpr std::string_view kIterationsHeader =
+    "index,kind,start_s,duration_s,prefill_tokens,decode_tokens,prefill_sequences,"
+    "decode_sequences,sampled_sequences,prefix_hit_tokens,kv_blocks_used,waiting";
+
+void iterations_header(fmt::memory_buffer& b, bool with_replica) {
+  put(b, kIterationsHeader);
+  put(b, with_replica ? ",replica\n" : "\n");
+}
+
+void iteration_row(fmt::memory_buffer& b, const IterationRecord& it, bool with_replica) {
+  const char* kind = it.prefill_sequences == 0 ? "decode" : it.decode_sequences == 0 ? "prefill" : "mixed";
+  cell(b, it.index);
+  cell(b, std::string_view(kind));
+  cell(b, it.start_s);
+  cell(b, it.duration_s);
+  cell(b, int64_t(it.prefill_tokens));
+  cell(b, int64_t(it.decode_tokens));
+  cell(b, int64_t(it.prefill_sequences));
+  cell(b, int64_t(it.decode_sequences));
+  cell(b, int64_t(it.sampled_sequences));
+  cell(b, int64_t(it.prefix_hit_tokens));
+  cell(b, it.kv_blocks_used);
+  put(b, int64_t(it.waiting));
+  if (with_replica) {
+    b.push_back(',');
+    put(b, int64_t(it.replica));
+  }
+  b.push_back('\n');
+}
+
+}  // namespace
 
 void write_iterations_csv(const std::string& path, const RunRecords& records) {
-  CsvWriter out(path);
-  fmt::format_to(std::back_inserter(out.buffer()),
-                 "index,kind,start_s,duration_s,prefill_tokens,decode_tokens,prefill_sequences,"
-                 "decode_sequences,sampled_sequences,prefix_hit_tokens,kv_blocks_used,waiting{}\n",
-                 records.replicas.empty() ? "" : ",replica");
-  for (const IterationRecord& it : records.iterations) {
-    const char* kind = it.prefill_sequences == 0 ? "decode" : it.decode_sequences == 0 ? "prefill" : "mixed";
-    fmt::format_to(std::back_inserter(out.buffer()), "{},{},{},{},{},{},{},{},{},{},{},{}\n", it.index,
-                   kind, it.start_s, it.duration_s, it.prefill_tokens, it.decode_tokens,
-                   it.prefill_sequences, it.decode_sequences, it.sampled_sequences,
-                   it.prefix_hit_tokens, it.kv_blocks_used, it.waiting);
-    if (!records.replicas.empty()) {
-      fmt::memory_buffer& b = out.buffer();
-      b.resize(b.size() - 1);
-      fmt::format_to(std::back_inserter(b), ",{}\n", it.replica);
-    }
-    out.flush_if_large();
-  }
-  out.flush();
+  IterationsCsvWriter out(path, !records.replicas.empty());
+  for (const IterationRecord& it : records.iterations) out.add(it);
+  out.finish();
 }
 
-void write_run_outputs(const std::string& dir, const RunRecords& records,
-                       const nlohmann::json& summary_json) {
+struct IterationsCsvWriter::File {
+  explicit File(const std::string& p) : path(p), csv(p) {}
+  std::string path;
+  CsvWriter csv;
+  bool finished = false;
+};
+
+IterationsCsvWriter::IterationsCsvWriter(const std::string& path, bool with_replica)
+    : file_(std::make_unique<File>(path)), with_replica_(with_replica) {
+  iterations_header(file_->csv.buffer(), with_replica_);
+}
+
+IterationsCsvWriter::~IterationsCsvWriter() {
+  if (file_->finished) return;
+  const std::string path = file_->path;
+  file_.reset();  // closes it
+  std::error_code ignored;
+  std::filesystem::remove(path, ignored);
+}
+
+void IterationsCsvWriter::add(const IterationRecord& record) {
+  iteration_row(file_->csv.buffer(), record, with_replica_);
+  file_->csv.flush_if_large();
+}
+
+void IterationsCsvWriter::finish() {
+  file_->csv.flush();
+  file_->csv.close();
+  file_->finished = true;
+}
+
+void create_output_folder(const std::string& dir) {
   namespace fs = std::filesystem;
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec || !fs::is_directory(dir))
     throw InputError(fmt::format("--out: cannot create folder '{}': {}", dir, ec.message()));
+}
+
+void write_run_outputs(const std::string& dir, const RunRecords& records, const nlohmann::json& summary_json,
+                       bool with_iterations) {
+  namespace fs = std::filesystem;
+  create_output_folder(dir);
   {
     const std::string path = (fs::path(dir) / "summary.json").string();
     FilePtr f = open_for_writing(path);
@@ -165,7 +258,7 @@ void write_run_outputs(const std::string& dir, const RunRecords& records,
       throw InputError(fmt::format("{}: write failed", path));
   }
   write_requests_csv((fs::path(dir) / "requests.csv").string(), records);
-  write_iterations_csv((fs::path(dir) / "iterations.csv").string(), records);
+  if (with_iterations) write_iterations_csv((fs::path(dir) / "iterations.csv").string(), records);
 }
 
 std::string format_summary_table(const RunSummary& s, const std::string& title) {

@@ -79,9 +79,14 @@ void StreamingSamples::move_to_histogram() {
 }
 
 void StreamingSamples::add_to_histogram(double value) {
-  const double clamped = std::max(value, kHistLow);
-  size_t bin = size_t(std::log(clamped / kHistLow) / kLogRatio);
-  histogram_[std::min(bin, kHistBins - 1)] += 1;
+  // Every sequence of a decode step sees the same gap: the last value's bin
+  // is remembered rather than taking the logarithm again.
+  if (value != last_value_) {
+    const double clamped = std::max(value, kHistLow);
+    last_bin_ = std::min(size_t(std::log(clamped / kHistLow) / kLogRatio), kHistBins - 1);
+    last_value_ = value;
+  }
+  histogram_[last_bin_] += 1;
 }
 
 double StreamingSamples::bin_value(size_t bin) const {

@@ -47,6 +47,8 @@ class StreamingSamples {
   std::vector<int64_t> histogram_;  // bin i holds values in [lo*r^i, lo*r^(i+1))
   int64_t count_ = 0;
   double sum_ = 0, min_ = 0, max_ = 0;
+  double last_value_ = -1;  // the last value binned, and its bin
+  size_t last_bin_ = 0;
 };
 
 }  // namespace servesim

@@ -723,5 +723,24 @@ def run_case_from_argv(cases, description):
     return 0
 
 
+@case
+def simulate_failure_leaves_no_output_folder(ctx):
+    # iterations.csv streams into --out during the run: a simulation refused
+    # (here, weights that leave no room for KV) must leave neither the file
+    # nor the folder it would have created.
+    out = ctx.path("never")
+    expect_input_error(ctx, ["simulate", "--model", "llama-3.1-70b", "--hardware", "h100-sxm",
+                             "--num-requests", "10", "--out", out], ["--tensor-parallel-size 2"])
+    check(not os.path.exists(out), "a refused simulation created its --out folder")
+    # A run that succeeds writes all three files, iterations.csv with a row per iteration.
+    ctx.ok("simulate", "--quiet", "--num-requests", "30", "--out", out)
+    with open(os.path.join(out, "summary.json")) as f:
+        iterations = json.load(f)["iterations"]
+    with open(os.path.join(out, "iterations.csv")) as f:
+        rows = f.read().splitlines()
+    check(len(rows) == iterations + 1, f"{len(rows) - 1} rows for {iterations} iterations")
+    check(os.path.exists(os.path.join(out, "requests.csv")), "no requests.csv")
+
+
 if __name__ == "__main__":
     sys.exit(run_case_from_argv(CASES, __doc__))

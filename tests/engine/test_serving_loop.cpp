@@ -218,6 +218,69 @@ TEST_CASE("keep_iterations(false) drops the records but not the run", "[runner]"
   }
 }
 
+TEST_CASE("The mean batch does not depend on keeping the iteration records", "[runner]") {
+  const Workload w = poisson_workload(200, 30, "uniform:1:400", "uniform:1:50", 9);
+  FixedCostExecutor ex1(1e-3, 2e-5), ex2(1e-3, 2e-5);
+  const SchedulerConfig config =
+      scheduler_config(SchedulerPolicy::Chunked, 64, 256, 16, 10000, 4096, 0.01);
+  RunRecords kept = run(config, ex1, w, true);
+  RunRecords dropped = run(config, ex2, w, false);
+  int64_t tokens = 0, sequences = 0;
+  for (const IterationRecord& it : kept.iterations) {
+    tokens += it.prefill_tokens + it.decode_tokens;
+    sequences += it.prefill_sequences + it.decode_sequences;
+  }
+  CHECK(kept.batch_tokens == tokens);
+  CHECK(kept.batch_sequences == sequences);
+  const RunSummary a = summarize_run(kept, {}), b = summarize_run(dropped, {});
+  CHECK(a.mean_batch_tokens == double(tokens) / double(kept.iterations.size()));
+  CHECK(b.mean_batch_tokens == a.mean_batch_tokens);
+  CHECK(b.mean_batch_sequences == a.mean_batch_sequences);
+  CHECK(a.mean_batch_sequences > 1);
+}
+
+TEST_CASE("iterations.csv streamed row by row is the file written from kept records", "[runner][outputs]") {
+  const auto dir = std::filesystem::temp_directory_path() / "servesim_iterations_stream";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  for (const bool with_replica : {false, true}) {
+    RunRecords records;
+    if (with_replica) records.replicas.resize(2);
+    for (int i = 0; i < 5; ++i) {
+      IterationRecord it;
+      it.index = i;
+      it.start_s = 0.1 * i + 1.0 / 3;
+      it.duration_s = 1e-3 * (i + 1) / 7;
+      it.prefill_tokens = 100 * (i % 2);
+      it.decode_tokens = i;
+      it.prefill_sequences = i % 2;
+      it.decode_sequences = i;
+      it.sampled_sequences = i;
+      it.kv_blocks_used = 1000 + i;
+      it.waiting = 3 - i;
+      it.replica = i % 2;
+      records.iterations.push_back(it);
+    }
+    const auto kept = dir / "kept.csv", streamed = dir / "streamed.csv";
+    write_iterations_csv(kept.string(), records);
+    IterationsCsvWriter writer(streamed.string(), with_replica);
+    for (const IterationRecord& it : records.iterations) writer.add(it);
+    writer.finish();
+    const std::string text = slurp(kept);
+    CHECK(slurp(streamed) == text);
+    CHECK(text.starts_with("index,kind,start_s,duration_s,"));
+    CHECK(text.find(with_replica ? ",waiting,replica\n" : ",waiting\n") != std::string::npos);
+    CHECK(text.find("\n1,mixed,0.43333333333333335,") != std::string::npos);  // shortest exact doubles
+  }
+  {
+    // A run that fails before finish() leaves no partial file.
+    IterationsCsvWriter writer((dir / "failed.csv").string(), false);
+    writer.add(IterationRecord{});
+  }
+  CHECK_FALSE(std::filesystem::exists(dir / "failed.csv"));
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("Static: a request arriving mid-batch starts when the batch has finished", "[runner]") {
   Workload w;
   w.requests = {request(0, 0.0, 100, 8), request(1, 0.0, 50, 3), request(2, 0.01, 20, 2)};

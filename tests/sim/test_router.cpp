@@ -3,6 +3,9 @@
 // at R times the rate serving like one replica at 1x.
 #include <catch2/catch.hpp>
 
+#include <set>
+#include <vector>
+
 #include "engine/router.h"
 #include "engine/simulation.h"
 #include "sim/errors.h"
@@ -107,4 +110,38 @@ TEST_CASE("One replica is the serving loop as before, and R replicas at R x the 
   CHECK(c.summary.output_tokens_per_s == Approx(4 * a.summary.output_tokens_per_s).epsilon(0.10));
   four.parallel = {1, 2};
   CHECK_THROWS_WITH(simulate(four), Catch::Contains("--num-replicas with --pipeline-parallel-size"));
+}
+
+namespace {
+// Every iteration record in the order the loop reports it.
+struct IterationLog final : LoopObserver {
+  std::vector<IterationRecord> seen;
+  void after_iteration(const IterationPlan&, const IterationResult&, const IterationRecord& r) override {
+    seen.push_back(r);
+  }
+};
+}  // namespace
+
+TEST_CASE("Several replicas report their iterations in start order, as iterations.csv holds them", "[router]") {
+  // iterations.csv streams in the loop's order (cli IterationsStream): it
+  // must be the order of the kept records, which are sorted by start.
+  SimulationSetup setup = test::roofline_setup(SchedulerPolicy::Chunked, 12, 800, "lognormal:512:1.0:16:4096",
+                                               "lognormal:128:1.0:1:1024", 5);
+  const SchedulerConfig config = resolve_scheduler_config(setup);
+  const CostModels costs = setup_cost_models(setup);
+  const Workload w = make_workload(setup.workload);
+  for (const RouterPolicy p : {RouterPolicy::RoundRobin, RouterPolicy::LeastRequests, RouterPolicy::Random}) {
+    IterationLog log;
+    LoopOptions loop;
+    loop.observers.push_back(&log);
+    const SimulationOutput out = simulate_replicas(config, 4, policy(p), w, costs, nullptr, {}, {}, loop);
+    REQUIRE(log.seen.size() == out.records.iterations.size());
+    std::set<int32_t> replicas;
+    for (size_t i = 0; i < log.seen.size(); ++i) {
+      CHECK(log.seen[i].index == out.records.iterations[i].index);
+      CHECK(log.seen[i].start_s == out.records.iterations[i].start_s);
+      replicas.insert(log.seen[i].replica);
+    }
+    CHECK(replicas.size() == 4);
+  }
 }
