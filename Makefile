@@ -30,11 +30,14 @@ run: deps build-servesim
 test: deps build
 	ctest --preset $(PRESET) -j $(JOBS)
 
-# The simulator's speed, then the CPU decoder's against this machine's STREAM
-# bandwidth and GEMM throughput (medians of 5 repetitions; run it on an idle
-# machine: the summary says how much CPU other processes took meanwhile).
+# The simulator's speed (in process, then through the CLI as users run it:
+# experiments/speed/run.py, its speed.json into the build folder), then the
+# CPU decoder's against this machine's STREAM bandwidth and GEMM throughput
+# (medians of 5 repetitions; run it on an idle machine: the summary says how
+# much CPU other processes took meanwhile).
 bench: deps build
 	$(BUILD_DIR)/bench/servesim_sim_bench --benchmark_counters_tabular=true
+	/usr/bin/python3 experiments/speed/run.py --servesim $(BUILD_DIR)/cli/servesim --out $(BUILD_DIR)/speed
 	$(BUILD_DIR)/bench/servesim_decoder_bench --benchmark_counters_tabular=true \
 	  --benchmark_repetitions=5 --benchmark_display_aggregates_only=true
 
