@@ -37,7 +37,7 @@ po::options_description capacity_options() {
       ("jobs", po::value<int32_t>(), "threads (default: every core); the answer does not depend on it")
       ("target-rate", po::value<double>(),
        "req/s the fleet must serve: replicas = ceil(target / max rate), GPUs = replicas x TP x PP (load "
-       "split evenly between replicas)")
+       "split evenly between replicas; with --num-replicas R, in groups of R behind the router)")
       ("gpu-hour-price", po::value<double>(),
        "with --target-rate: price of one GPU-hour (any currency): cost per hour and per million output tokens")
       ("search", "search a grid (the --search-* lists) instead of one configuration")
@@ -65,10 +65,12 @@ std::string slo_text(const SloTargets& slo, double attainment) {
   return fmt::format("{} for {:g}% of requests", s, attainment * 100);
 }
 
-// The fleet a target rate needs, and its cost.
-nlohmann::json fleet_json(const CapacityResult& c, const ParallelConfig& p, double target,
+// The fleet a target rate needs, and its cost: the searched unit (a group
+// of `group` replicas behind the router, each of p's GPUs) repeated.
+nlohmann::json fleet_json(const CapacityResult& c, const ParallelConfig& p, int32_t group, double target,
                           std::optional<double> price) {
-  const auto replicas = int64_t(std::ceil(target / c.max_request_rate - 1e-9));
+  const auto groups = int64_t(std::ceil(target / c.max_request_rate - 1e-9));
+  const int64_t replicas = groups * group;
   const int64_t gpus = replicas * p.world_size();
   const RunSummary& s = c.seeds[c.median_seed].at_max.summary;
   // Output tokens per request at capacity: what the target rate asks per second.
@@ -78,7 +80,10 @@ nlohmann::json fleet_json(const CapacityResult& c, const ParallelConfig& p, doub
                       {"gpus_per_replica", p.world_size()},
                       {"gpus", gpus},
                       {"output_tokens_per_s", target * tokens_per_request},
-                      {"assumes", "requests split evenly between replicas (no router modelled)"}};
+                      {"assumes", group == 1 ? "requests split evenly between replicas (no router modelled)"
+                                             : "requests split evenly between groups of replicas_per_group "
+                                               "replicas, each group behind the router as simulated"}};
+  if (group > 1) j["replicas_per_group"] = group;
   if (price) {
     const double per_hour = double(gpus) * *price;
     j["gpu_hour_price"] = *price;
@@ -102,6 +107,9 @@ void print_capacity(const CapacityResult& c, const CapacityOptions& o, const nlo
     const nlohmann::json& f = *fleet;
     std::cout << fmt::format("  fleet      {:g} req/s: {} replicas x {} GPUs = {} GPUs", f["target_rate"].get<double>(),
                              f["replicas"].get<int64_t>(), f["gpus_per_replica"].get<int>(), f["gpus"].get<int64_t>());
+    if (f.contains("replicas_per_group"))
+      std::cout << fmt::format(" ({} groups of {})", f["replicas"].get<int64_t>() / f["replicas_per_group"].get<int>(),
+                               f["replicas_per_group"].get<int>());
     if (f.contains("cost_per_hour"))
       std::cout << fmt::format("; {:.2f} per hour, {:.4f} per million output tokens",
                                f["cost_per_hour"].get<double>(), f["cost_per_million_output_tokens"].get<double>());
@@ -233,7 +241,7 @@ int capacity_command(int argc, const char* const* argv) {
   j["config"] = setup_to_json(setup, resolve_scheduler_config(setup), flags.costs);
   std::optional<nlohmann::json> fleet;
   if (target) {
-    fleet = fleet_json(result, setup.parallel, *target, price);
+    fleet = fleet_json(result, setup.parallel, setup.num_replicas, *target, price);
     j["fleet"] = *fleet;
   }
   if (out_dir) write_file(*out_dir / "capacity.json", j.dump(2) + "\n");

@@ -46,6 +46,7 @@ std::vector<SearchPoint> search_grid(const SimulationSetup& base, const SearchAx
           SearchPoint p;
           p.tensor_parallel_size = tp;
           p.pipeline_parallel_size = base.parallel.pipeline_parallel_size;
+          p.replicas = base.num_replicas;
           p.quantization = q;
           p.max_num_seqs = seqs;
           p.max_num_batched_tokens = budget;

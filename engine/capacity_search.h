@@ -29,11 +29,12 @@ struct SearchAxes {
 
 struct SearchPoint {
   int32_t tensor_parallel_size = 1, pipeline_parallel_size = 1;
+  int32_t replicas = 1;  // --num-replicas: the unit searched is that many behind the router
   std::string quantization;
   int32_t max_num_seqs = 0, max_num_batched_tokens = 0;
   std::optional<CapacityResult> capacity;  // unset: the point failed, `error` says why
   std::string error;
-  int32_t gpus() const { return tensor_parallel_size * pipeline_parallel_size; }
+  int32_t gpus() const { return tensor_parallel_size * pipeline_parallel_size * replicas; }
 };
 
 // "1,2,4" -> {1, 2, 4}; InputError naming `flag` for an empty or bad item.

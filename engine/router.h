@@ -10,6 +10,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "sim/random.h"
 #include "sim/request.h"
@@ -40,16 +41,26 @@ struct RouterSettings {
   double balance_rel_threshold = 1.0001;
 };
 
+// A replica may be a pipeline-parallel group of `engines_per_replica`
+// virtual engines (engine/pipeline_engines.h), listed replica by replica:
+// the policy then chooses a replica on its engines' summed load and KV and
+// their longest cached prefix, and the replica deals its requests to its
+// engines round-robin, as one group's engines are dealt them.
 class Router {
  public:
-  explicit Router(const RouterSettings& settings) : settings_(settings), random_(settings.seed) {}
-  // The replica (an index into `replicas`, never empty) `request` goes to.
-  size_t route(const Request& request, std::span<const Scheduler* const> replicas);
+  explicit Router(const RouterSettings& settings, int32_t engines_per_replica = 1);
+  // The engine (an index into `engines`, never empty, a multiple of
+  // engines_per_replica long) `request` goes to.
+  size_t route(const Request& request, std::span<const Scheduler* const> engines);
+  int32_t engines_per_replica() const { return engines_per_replica_; }
 
  private:
+  size_t choose_replica(const Request& request, std::span<const Scheduler* const> engines, size_t replicas);
   RouterSettings settings_;
+  int32_t engines_per_replica_;
   Rng random_;
   size_t next_ = 0;  // RoundRobin
+  std::vector<size_t> next_engine_;  // per replica, with several engines each
 };
 
 }  // namespace servesim

@@ -110,7 +110,11 @@ RunRecords run_cluster_loop(std::span<const ServingReplica> replica_parts, Route
   if (replica_parts.empty()) throw std::invalid_argument("run_cluster_loop: no replica");
   const auto& requests = workload.requests;
   const int64_t total = int64_t(requests.size());
-  const bool several = replica_parts.size() > 1;
+  // With pipeline-parallel replicas, engine j belongs to replica j / group.
+  const size_t group = size_t(router.engines_per_replica());
+  if (replica_parts.size() % group != 0)
+    throw std::invalid_argument("run_cluster_loop: the engines are not whole replicas of the router's size");
+  const bool several = replica_parts.size() / group > 1;
   RunRecords records;
   records.requests.resize(requests.size());
   for (auto& r : records.requests) r.arrival_s = -1;  // not yet submitted
@@ -157,7 +161,7 @@ RunRecords run_cluster_loop(std::span<const ServingReplica> replica_parts, Route
     }
     rep.recorder.set_now(arrival_s);
     rep.recorder.on_arrival(r.id, arrival_s, r.prompt_tokens, r.output_tokens);
-    if (several) records.requests[size_t(r.id)].replica = int32_t(j);
+    if (several) records.requests[size_t(r.id)].replica = int32_t(j / group);
     Request accepted = r;
     accepted.arrival_s = arrival_s;
     if (auto reason = rep.parts.scheduler->add_request(accepted)) {
@@ -231,7 +235,7 @@ RunRecords run_cluster_loop(std::span<const ServingReplica> replica_parts, Route
     rec.index = plan.index;
     rec.start_s = rep.now();
     rec.waiting = int32_t(scheduler.num_waiting());
-    if (several) rec.replica = int32_t(&rep - replicas.data());
+    if (several) rec.replica = int32_t(size_t(&rep - replicas.data()) / group);
     scheduler.schedule(plan, rep.recorder);
 
     result.reset();
@@ -275,8 +279,14 @@ RunRecords run_cluster_loop(std::span<const ServingReplica> replica_parts, Route
     records.preemptions += s.num_preemptions();
     records.peak_kv_blocks += s.kv().peak_used();
     records.prefix_cache.evicted_blocks += s.kv().evicted_blocks();
-    if (several)
-      records.replicas.push_back(ReplicaRecord{s.num_preemptions(), s.kv().peak_used(), s.kv().num_blocks()});
+    if (several) {
+      // A replica's engines summed (peak: the sum of each engine's, an upper bound).
+      if (size_t(&rep - replicas.data()) % group == 0) records.replicas.emplace_back();
+      ReplicaRecord& replica = records.replicas.back();
+      replica.preemptions += s.num_preemptions();
+      replica.peak_kv_blocks += s.kv().peak_used();
+      replica.num_gpu_blocks += s.kv().num_blocks();
+    }
   }
   if (several) std::stable_sort(records.iterations.begin(), records.iterations.end(),
                                 [](const IterationRecord& a, const IterationRecord& b) { return a.start_s < b.start_s; });

@@ -80,7 +80,10 @@ struct ServingReplica {
 // state then; the replica whose next iteration starts first runs it
 // (requests due by then are routed first). Records are the run's, each
 // request's and iteration's `replica` set (with more than one) and
-// RunRecords::replicas filled. run_serving_loop is this with one replica.
+// RunRecords::replicas filled. With a router of several engines per replica
+// (pipeline-parallel replicas), `replicas` lists every replica's engines in
+// turn and the records name the replica, not the engine. run_serving_loop
+// is this with one replica.
 RunRecords run_cluster_loop(std::span<const ServingReplica> replicas, Router& router, const Workload& workload,
                             const LoopOptions& options = {});
 

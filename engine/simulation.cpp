@@ -30,19 +30,20 @@ class CommunicationObserver final : public LoopObserver {
 };
 
 // `workload` served by `replicas` replicas of `config` behind `router`, each
-// with its own scheduler, virtual clock and simulated executor; their
+// of `engines` PP virtual engines (engine_config's share of `config`) with
+// its own scheduler, virtual clock and simulated executor; their
 // speculative statistics are merged into `speculative`.
 RunRecords serve_on_virtual_clocks(const SchedulerConfig& config, int32_t replicas, const RouterSettings& router,
                                    const Workload& workload, const CostModels& costs,
                                    const SimulatedSpeculation* speculation,
                                    std::span<CostMultiplier* const> multipliers, const LoopOptions& loop,
-                                   std::optional<SpeculativeStats>& speculative) {
+                                   std::optional<SpeculativeStats>& speculative, int32_t engines = 1) {
   std::vector<std::unique_ptr<Scheduler>> schedulers;
   std::vector<std::unique_ptr<VirtualClock>> clocks;
   std::vector<std::unique_ptr<SimulatedExecutor>> executors;
   std::vector<ServingReplica> parts;
-  for (int32_t j = 0; j < replicas; ++j) {
-    schedulers.push_back(std::make_unique<Scheduler>(config));
+  for (int32_t j = 0; j < replicas * engines; ++j) {
+    schedulers.push_back(std::make_unique<Scheduler>(engines == 1 ? config : engine_config(config, engines, j % engines)));
     clocks.push_back(std::make_unique<VirtualClock>());
     executors.push_back(std::make_unique<SimulatedExecutor>(*costs.target, *clocks.back()));
     if (config.num_speculative_tokens > 0) {
@@ -55,7 +56,7 @@ RunRecords serve_on_virtual_clocks(const SchedulerConfig& config, int32_t replic
     for (CostMultiplier* m : multipliers) executors.back()->multiply_by(*m);
     parts.push_back(ServingReplica{schedulers.back().get(), executors.back().get(), clocks.back().get()});
   }
-  Router r(router);
+  Router r(router, engines);
   RunRecords records = run_cluster_loop(parts, r, workload, loop);
   for (const auto& e : executors)
     if (const SpeculativeStats* stats = e->speculative_stats()) {
@@ -75,9 +76,6 @@ SimulationOutput simulate_replicas(const SchedulerConfig& config, int32_t replic
   if (replicas < 1 || replicas > 4096)
     throw InputError(fmt::format("--num-replicas must be in 1 .. 4096 (got {})", replicas));
   const int32_t engines = costs.parallel.pipeline_parallel_size;
-  if (replicas > 1 && engines > 1)
-    throw InputError("--num-replicas with --pipeline-parallel-size > 1 is not modelled yet; replicas of TP groups "
-                     "are");
   SimulationOutput out;
   out.scheduler = config;
   LoopOptions options = loop;
@@ -87,9 +85,11 @@ SimulationOutput simulate_replicas(const SchedulerConfig& config, int32_t replic
     observer.emplace(*costs.communication, *out.communication);
     options.observers.push_back(&*observer);
   }
-  if (engines == 1) {
+  if (engines == 1 || replicas > 1) {
+    // Replicas of PP groups: every replica's engines in one loop, the router
+    // choosing the replica and dealing its requests to its engines.
     out.records = serve_on_virtual_clocks(config, replicas, router, workload, costs, speculation, multipliers,
-                                          options, out.speculative);
+                                          options, out.speculative, engines);
   } else {
     const std::vector<EngineShare> shares = split_for_engines(workload, engines);
     std::vector<RunRecords> parts;

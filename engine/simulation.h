@@ -79,8 +79,9 @@ SimulationOutput simulate_costed(const SchedulerConfig& config, const Workload& 
                                  const SimulatedSpeculation* speculation, std::span<CostMultiplier* const> multipliers,
                                  const SloTargets& slo, const LoopOptions& loop = {});
 // The same on `replicas` replicas behind `router` (each with `config`'s KV
-// blocks and settings); replicas = 1 is simulate_costed. InputError for
-// replicas < 1 or with PP > 1.
+// blocks and settings; with PP > 1 each a group of PP virtual engines, the
+// router dealing a replica's requests to its engines round-robin);
+// replicas = 1 is simulate_costed. InputError for replicas outside 1 .. 4096.
 SimulationOutput simulate_replicas(const SchedulerConfig& config, int32_t replicas, const RouterSettings& router,
                                    const Workload& workload, const CostModels& costs,
                                    const SimulatedSpeculation* speculation,

@@ -77,8 +77,36 @@ def replicas_bad_flags(ctx):
                        ["applies with --router prefix-affinity"])
     expect_input_error(ctx, ["simulate", "--num-replicas", "2", "--router", "prefix-affinity",
                              "--router-balance-rel-threshold", "0.5"], ["must be >= 1"])
-    expect_input_error(ctx, ["simulate", "--num-replicas", "2", "--pipeline-parallel-size", "2"],
-                       ["--num-replicas with --pipeline-parallel-size"])
+
+
+@case
+def replicas_of_pipeline_groups(ctx):
+    # Two replicas of a PP 2 group (4 GPUs each with TP 2) behind least-requests:
+    # the summary, requests.csv and iterations.csv name the replica, not the engine.
+    out = ctx.path("pp_replicas")
+    flags = ["--model", "llama-3.1-70b", "--hardware", "h100-sxm", "--tensor-parallel-size", "2",
+             "--pipeline-parallel-size", "2", "--num-requests", "200", "--rate", "4", "--seed", "3"]
+    ctx.ok("simulate", "-q", *flags, "--num-replicas", "2", "--router", "least-requests", "--out", out)
+    s = load_summary(out)
+    per = s["replicas"]["per_replica"]
+    check(len(per) == 2, f"{len(per)} replicas in the summary")
+    check(s["requests"]["completed"] == 200, "not every request completed")
+    with open(os.path.join(out, "requests.csv")) as f:
+        replicas = {row["replica"] for row in csv.DictReader(f)}
+    check(replicas == {"0", "1"}, f"requests.csv replicas {sorted(replicas)}")
+    with open(os.path.join(out, "iterations.csv")) as f:
+        rows = list(csv.DictReader(f))
+    check({row["replica"] for row in rows} == {"0", "1"}, "iterations.csv does not name both replicas")
+    starts = [float(row["start_s"]) for row in rows]
+    check(starts == sorted(starts), "iterations.csv is not in start order")
+    # One group at half the rate serves each request about as the two do.
+    single = ctx.path("pp_one")
+    half = [*flags[:-6], "--num-requests", "100", "--rate", "2", "--seed", "3"]
+    ctx.ok("simulate", "-q", *half, "--out", single)
+    one = load_summary(single)
+    for metric in ("tpot_s",):
+        a, b = one[metric]["p50"], s[metric]["p50"]
+        check(abs(b - a) <= 0.15 * a, f"{metric} p50: two replicas {b:.4g} against one {a:.4g}")
 
 
 @case
@@ -90,6 +118,12 @@ def capacity_fleet_of_replicas(ctx):
     two = json.loads(ctx.ok("capacity", *slo, "--num-replicas", "2").stdout)
     ratio = two["max_request_rate"] / one["max_request_rate"]
     check(1.6 < ratio < 2.4, f"two replicas serve {ratio:.2f}x one")
+    # --target-rate counts groups of the searched two replicas, each of TP x PP GPUs.
+    target = 3 * two["max_request_rate"] + 0.1
+    fleet = json.loads(ctx.ok("capacity", *slo, "--num-replicas", "2", "--tensor-parallel-size", "2",
+                              "--target-rate", repr(target)).stdout)["fleet"]
+    check(fleet["replicas_per_group"] == 2 and fleet["replicas"] % 2 == 0, f"fleet {fleet}")
+    check(fleet["gpus"] == fleet["replicas"] * 2 == fleet["replicas"] * fleet["gpus_per_replica"], f"fleet {fleet}")
 
 
 if __name__ == "__main__":

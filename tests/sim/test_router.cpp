@@ -108,8 +108,44 @@ TEST_CASE("One replica is the serving loop as before, and R replicas at R x the 
   CHECK(c.summary.tpot_s.p50 == Approx(a.summary.tpot_s.p50).epsilon(0.10));
   CHECK(c.summary.ttft_s.p50 == Approx(a.summary.ttft_s.p50).epsilon(0.15));
   CHECK(c.summary.output_tokens_per_s == Approx(4 * a.summary.output_tokens_per_s).epsilon(0.10));
-  four.parallel = {1, 2};
-  CHECK_THROWS_WITH(simulate(four), Catch::Contains("--num-replicas with --pipeline-parallel-size"));
+}
+
+TEST_CASE("Replicas of pipeline-parallel groups: the router picks the replica, its engines take turns", "[router]") {
+  // Two replicas of two engines each (engines 0, 1 | 2, 3), idle: round-robin
+  // alternates the replicas and each replica alternates its engines.
+  SimulationSetup setup = test::roofline_setup(SchedulerPolicy::Chunked, 1, 1, "fixed:10", "fixed:10", 0);
+  const SchedulerConfig config = resolve_scheduler_config(setup);
+  std::vector<Scheduler> engines(4, Scheduler(config));
+  std::vector<const Scheduler*> views;
+  for (const Scheduler& s : engines) views.push_back(&s);
+  Router rr(policy(RouterPolicy::RoundRobin), 2);
+  std::vector<size_t> chosen;
+  for (int64_t i = 0; i < 6; ++i) chosen.push_back(rr.route(test::request(i, 0, 10, 10), views));
+  CHECK(chosen == std::vector<size_t>{0, 2, 1, 3, 0, 2});
+  Router lr(policy(RouterPolicy::LeastRequests), 2);
+  CHECK_THROWS_AS(lr.route(test::request(0, 0, 10, 10), std::span<const Scheduler* const>(views.data(), 3)),
+                  std::invalid_argument);
+
+  // Served: R replicas of a PP 2 group at R x the rate, like one group at 1x.
+  SimulationSetup one = test::roofline_setup(SchedulerPolicy::Chunked, 3, 600, "lognormal:512:1.0:16:4096",
+                                             "lognormal:128:1.0:1:1024", 21);
+  one.parallel = {1, 2};
+  const SimulationOutput a = simulate(one);
+  SimulationSetup three = one;
+  three.num_replicas = 3;
+  three.router = policy(RouterPolicy::LeastRequests);
+  three.workload.rate = 9;
+  three.workload.num_requests = 1800;
+  const SimulationOutput c = simulate(three);
+  REQUIRE(c.records.replicas.size() == 3);
+  int64_t blocks = 0;
+  for (const ReplicaRecord& r : c.records.replicas) blocks += r.num_gpu_blocks;
+  CHECK(blocks == c.records.num_gpu_blocks);
+  CHECK(c.records.replicas[0].num_gpu_blocks == a.records.num_gpu_blocks);  // a group's two engines
+  for (const RequestRecord& r : c.records.requests) CHECK((r.replica >= 0 && r.replica < 3));
+  CHECK(c.summary.tpot_s.p50 == Approx(a.summary.tpot_s.p50).epsilon(0.10));
+  CHECK(c.summary.ttft_s.p50 == Approx(a.summary.ttft_s.p50).epsilon(0.15));
+  CHECK(c.summary.output_tokens_per_s == Approx(3 * a.summary.output_tokens_per_s).epsilon(0.10));
 }
 
 namespace {
