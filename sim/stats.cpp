@@ -48,17 +48,27 @@ void StreamingSamples::add(double value) {
   ++count_;
   sum_ += value;
   if (histogram_.empty()) {
-    values_.push_back(value);
-    if (values_.size() > exact_limit_) move_to_histogram();
+    add_exact(value);
+    if (size_t(exact_count_) > exact_limit_) move_to_histogram();
   } else {
     add_to_histogram(value);
   }
 }
 
+void StreamingSamples::add_exact(double value) {
+  if (!runs_.empty() && runs_.back().value == value) {
+    ++runs_.back().count;
+  } else {
+    runs_.push_back(Run{value, 1});
+  }
+  ++exact_count_;
+}
+
 void StreamingSamples::merge(const StreamingSamples& other) {
   if (other.count_ == 0) return;
   if (other.histogram_.empty()) {
-    for (double v : other.values_) add(v);
+    for (const Run& run : other.runs_)
+      for (int64_t i = 0; i < run.count; ++i) add(run.value);
     return;
   }
   const double min_seen = count_ ? std::min(min_, other.min_) : other.min_;
@@ -73,9 +83,11 @@ void StreamingSamples::merge(const StreamingSamples& other) {
 
 void StreamingSamples::move_to_histogram() {
   histogram_.assign(kHistBins, 0);
-  for (double v : values_) add_to_histogram(v);
-  values_.clear();
-  values_.shrink_to_fit();
+  for (const Run& run : runs_)
+    for (int64_t i = 0; i < run.count; ++i) add_to_histogram(run.value);
+  runs_.clear();
+  runs_.shrink_to_fit();
+  exact_count_ = 0;
 }
 
 void StreamingSamples::add_to_histogram(double value) {
@@ -95,7 +107,42 @@ double StreamingSamples::bin_value(size_t bin) const {
 }
 
 Distribution StreamingSamples::summarize() {
-  if (histogram_.empty()) return servesim::summarize(values_);
+  if (histogram_.empty()) {
+    // servesim::summarize of the samples, from their runs: the same sorted
+    // sequence (equal values are interchangeable), so the same sum, in the
+    // same order, and the same percentiles.
+    Distribution d;
+    if (exact_count_ == 0) return d;
+    std::sort(runs_.begin(), runs_.end(), [](const Run& a, const Run& b) { return a.value < b.value; });
+    double sum = 0;
+    for (const Run& run : runs_)
+      for (int64_t i = 0; i < run.count; ++i) sum += run.value;
+    const auto n = double(exact_count_);
+    auto at_rank = [&](int64_t rank) {  // the sorted samples' value at `rank`
+      int64_t seen = 0;
+      for (const Run& run : runs_) {
+        seen += run.count;
+        if (seen > rank) return run.value;
+      }
+      return runs_.back().value;
+    };
+    auto pct = [&](double p) {  // percentile_sorted's interpolation
+      const double h = (n - 1.0) * p / 100.0;
+      const auto lo = int64_t(std::floor(h));
+      const int64_t hi = std::min(lo + 1, exact_count_ - 1);
+      const double x_lo = at_rank(lo), x_hi = at_rank(hi);
+      return x_lo + (h - double(lo)) * (x_hi - x_lo);
+    };
+    d.count = exact_count_;
+    d.mean = sum / n;
+    d.p50 = pct(50);
+    d.p90 = pct(90);
+    d.p95 = pct(95);
+    d.p99 = pct(99);
+    d.min = runs_.front().value;
+    d.max = runs_.back().value;
+    return d;
+  }
   Distribution d;
   d.count = count_;
   d.mean = sum_ / double(count_);

@@ -42,8 +42,18 @@ class StreamingSamples {
   void add_to_histogram(double value);
   double bin_value(size_t bin) const;
 
+  // The exact samples as runs of equal values in arrival order: every
+  // sequence of a decode step adds the same gap, so a run-length list is
+  // far shorter than the samples, and sorting it far cheaper.
+  struct Run {
+    double value;
+    int64_t count;
+  };
+  void add_exact(double value);
+
   size_t exact_limit_;
-  std::vector<double> values_;
+  std::vector<Run> runs_;
+  int64_t exact_count_ = 0;  // samples in runs_
   std::vector<int64_t> histogram_;  // bin i holds values in [lo*r^i, lo*r^(i+1))
   int64_t count_ = 0;
   double sum_ = 0, min_ = 0, max_ = 0;

@@ -96,6 +96,34 @@ TEST_CASE("StreamingSamples in exact mode equals summarize()", "[stats]") {
   CHECK(got.max == want.max);
 }
 
+TEST_CASE("StreamingSamples kept as runs of equal values summarises exactly as the samples would", "[stats]") {
+  // A decode step adds one gap per sequence: runs of equal values, the same
+  // value recurring in later runs, interleaved with others.
+  const std::vector<double> distinct = lognormal_samples(300, 5);
+  std::vector<double> data;
+  for (size_t i = 0; i < 3000; ++i) {
+    const double v = distinct[(i * 7919) % distinct.size()];
+    for (size_t k = 0; k < 1 + i % 13; ++k) data.push_back(v);
+  }
+  StreamingSamples s, merged;
+  for (double x : data) s.add(x);
+  merged.merge(s);
+  std::vector<double> copy = data;
+  const Distribution want = summarize(copy);
+  for (StreamingSamples* samples : {&s, &merged}) {
+    REQUIRE(samples->exact());
+    const Distribution got = samples->summarize();
+    CHECK(got.count == want.count);
+    CHECK(got.mean == want.mean);  // the same sum in the same (sorted) order
+    CHECK(got.p50 == want.p50);
+    CHECK(got.p90 == want.p90);
+    CHECK(got.p95 == want.p95);
+    CHECK(got.p99 == want.p99);
+    CHECK(got.min == want.min);
+    CHECK(got.max == want.max);
+  }
+}
+
 TEST_CASE("StreamingSamples stays exact up to its limit and switches past it", "[stats]") {
   const size_t limit = 100;
   const std::vector<double> data = lognormal_samples(limit + 1, 5);
