@@ -93,14 +93,28 @@ namespace {
 
 // One replica of the loop: its scheduler, executor and clock, and the
 // recorder writing its requests into the shared records.
+// With several replicas (virtual clocks, which move only when the loop moves
+// them) the loop picks the next one from cached figures (refresh() after a
+// submission and an iteration): it looks at every replica before each
+// iteration. One replica (a real run's wall clock too) is read live.
 struct ReplicaLoop {
   ServingReplica parts;
   MetricsRecorder recorder;
   IterationPlan plan;
   IterationResult result;
-  ReplicaLoop(const ServingReplica& p, RunRecords& records) : parts(p), recorder(records) {}
+  ReplicaLoop(const ServingReplica& p, RunRecords& records) : parts(p), recorder(records) { refresh(); }
   bool busy() const { return parts.scheduler->has_unfinished(); }
   double now() const { return parts.clock->now(); }
+  bool cached_busy() const { return busy_; }
+  double cached_now() const { return now_; }
+  void refresh() {
+    busy_ = busy();
+    now_ = now();
+  }
+
+ private:
+  bool busy_ = false;
+  double now_ = 0;
 };
 
 }  // namespace
@@ -168,6 +182,7 @@ RunRecords run_cluster_loop(std::span<const ServingReplica> replica_parts, Route
       rep.recorder.on_rejected(r.id, *reason);
       follow_ups.finished(r.id, arrival_s);
     }
+    rep.refresh();
     return rep;
   };
   // The requests `rep` finished (or rejected) release closed-loop clients
@@ -212,8 +227,12 @@ RunRecords run_cluster_loop(std::span<const ServingReplica> replica_parts, Route
   for (;;) {
     // The replica whose next iteration starts first (the lowest index of equals).
     ReplicaLoop* earliest = nullptr;
-    for (ReplicaLoop& rep : replicas)
-      if (rep.busy() && (!earliest || rep.now() < earliest->now())) earliest = &rep;
+    if (replicas.size() == 1) {
+      if (replicas[0].busy()) earliest = &replicas[0];
+    } else {
+      for (ReplicaLoop& rep : replicas)
+        if (rep.cached_busy() && (!earliest || rep.cached_now() < earliest->cached_now())) earliest = &rep;
+    }
     // Requests due before it starts (all at once while every replica is
     // idle, the next one first) are routed and submitted; a rejection may
     // release the next one at once.
@@ -245,6 +264,7 @@ RunRecords run_cluster_loop(std::span<const ServingReplica> replica_parts, Route
     rep.recorder.set_now(rep.now());
     rec.kv_blocks_used = scheduler.kv().num_used();
     scheduler.complete(plan, result, rep.recorder);
+    rep.refresh();
     for (int64_t id : rep.recorder.completed_ids()) {
       rep.parts.executor->on_request_finished(id);
       follow_ups.finished(id, records.requests[size_t(id)].finish_s);
