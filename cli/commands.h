@@ -17,5 +17,11 @@ int sweep_merge_command(int argc, const char* const* argv);
 int capacity_command(int argc, const char* const* argv);
 int models_command(int argc, const char* const* argv);
 int hardware_command(int argc, const char* const* argv);
+// `servesim serve`: the built-in decoder behind an OpenAI-compatible server.
+int serve_command(int argc, const char* const* argv);
+// `servesim bench`: a load generator that measures any OpenAI-compatible server.
+int bench_command(int argc, const char* const* argv);
+// `servesim fit`: fit the roofline's efficiencies and overhead to measured runs.
+int fit_command(int argc, const char* const* argv);
 
 }  // namespace servesim::cli

@@ -18,6 +18,10 @@ void print_usage(std::FILE* to) {
       "  run        serve a workload for real with the built-in decoder (CPU) and measure it\n"
       "  calibrate  time the decoder's kernels on this device and write a profile\n"
       "  validate   run a workload for real and predict it; report the prediction's error\n"
+      "             (--measured: put a prediction beside a measured run of any engine)\n"
+      "  serve      serve the built-in decoder over an OpenAI-compatible HTTP API (+ /metrics)\n"
+      "  bench      measure TTFT/TPOT/ITL of any OpenAI-compatible server under a workload\n"
+      "  fit        fit the roofline's efficiencies and overhead to measured runs of an engine\n"
       "  sweep      run simulate over a grid of settings (k, batch size, rate, ...) and rank the points\n"
       "  capacity   the highest request rate within SLOs; GPUs and cost for a target rate; a Pareto search\n"
       "  models     list the built-in model presets (parameters, weight and KV bytes)\n"
@@ -53,6 +57,9 @@ int main(int argc, char** argv) {
     if (command == "validate") return servesim::cli::validate_command(sub_argc, sub_argv);
     if (command == "capacity") return servesim::cli::capacity_command(sub_argc, sub_argv);
     if (command == "sweep") return servesim::cli::sweep_command(sub_argc, sub_argv, argv[0]);
+    if (command == "serve") return servesim::cli::serve_command(sub_argc, sub_argv);
+    if (command == "bench") return servesim::cli::bench_command(sub_argc, sub_argv);
+    if (command == "fit") return servesim::cli::fit_command(sub_argc, sub_argv);
     if (command == "models") return servesim::cli::models_command(sub_argc, sub_argv);
     if (command == "hardware") return servesim::cli::hardware_command(sub_argc, sub_argv);
     std::fprintf(stderr, "servesim: unknown command '%s'\n\n", command.c_str());

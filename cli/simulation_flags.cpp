@@ -7,6 +7,7 @@
 #include "engine/decoder_run.h"
 #include "sim/cost/speculative_cost.h"
 #include "sim/errors.h"
+#include "validate/fit_cost_file.h"
 
 namespace servesim::cli {
 namespace {
@@ -88,8 +89,14 @@ po::options_description simulation_model_options(const char* caption) {
 }
 
 void add_simulation_options(po::options_description& all) {
+  po::options_description cost_file("Fitted roofline (docs/validation.md)", kHelpWidth);
+  cost_file.add_options()
+      ("cost-file", po::value<std::string>(),
+       "a cost file from `servesim fit` (JSON): its compute_efficiency, memory_efficiency and "
+       "iteration_overhead_s replace the roofline defaults (a roofline flag may not also set one "
+       "the file sets); refused with --profile, and when the file was fitted on other --hardware");
   all.add(workload_options()).add(scheduler_options()).add(speculative_options()).add(parallel_options())
-      .add(roofline_options()).add(quantization_options()).add(slo_options());
+      .add(roofline_options()).add(cost_file).add(quantization_options()).add(slo_options());
 }
 
 SimulationFlags simulation_from(const po::variables_map& vm) {
@@ -104,6 +111,9 @@ SimulationFlags simulation_from(const po::variables_map& vm) {
         throw InputError(fmt::format("--{} does not apply with --profile: the profile's measured tables and "
                                      "ceilings set the costs",
                                      flag));
+    if (vm.count("cost-file"))
+      throw InputError("--cost-file does not apply with --profile: the profile's measured tables and ceilings "
+                       "set the costs");
     profile_path = vm["profile"].as<std::string>();
     profile = DeviceProfile::load(profile_path);
   }
@@ -147,6 +157,20 @@ SimulationFlags simulation_from(const po::variables_map& vm) {
   setup.router.seed = setup.workload.seed;
   setup.scheduler = scheduler_from(vm);
   if (!use_profile) setup.cost.roofline = roofline_from(vm);
+  if (vm.count("cost-file")) {
+    const CostFile file = read_cost_file(vm["cost-file"].as<std::string>());
+    for (auto [flag, set] : {std::pair{"compute-efficiency", file.compute_efficiency.has_value()},
+                             std::pair{"memory-efficiency", file.memory_efficiency.has_value()},
+                             std::pair{"iteration-overhead", file.iteration_overhead_s.has_value()}})
+      if (set && given(vm, flag))
+        throw InputError(fmt::format("--{} and --cost-file {} both set it: give one", flag, file.path));
+    // Efficiencies are fractions of one device's datasheet peaks.
+    if (!file.hardware.empty() && file.hardware != setup.hardware.name)
+      throw InputError(fmt::format("--cost-file {} was fitted on hardware '{}', not --hardware '{}': its "
+                                   "efficiencies are fractions of that device's peaks",
+                                   file.path, file.hardware, setup.hardware.name));
+    setup.cost.roofline = apply_cost_file(file, setup.cost.roofline);
+  }
   setup.slo = slo_from(vm);
   setup.draft = draft_from(vm, setup.model);
   setup.acceptance = acceptance_from(vm);

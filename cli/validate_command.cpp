@@ -1,7 +1,9 @@
 // `servesim validate`: serve a workload for real once, predict the same
 // workload with the profile cost model (replay and predict modes), and report
-// the errors.
+// the errors. With --measured, no real run: a prediction beside a measured
+// run of any engine (validate/measured_report.h).
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 
@@ -12,21 +14,108 @@
 #include "cli/common_options.h"
 #include "cli/engine_options.h"
 #include "cli/output.h"
+#include "cli/simulation_flags.h"
 #include "kernels/decoder/device_choice.h"
 #include "engine/decoder_run.h"
 #include "sim/cost/profile.h"
 #include "sim/errors.h"
+#include "validate/measured_report.h"
+#include "validate/measured_run.h"
 #include "validate/quick_calibration.h"
 #include "validate/report.h"
 #include "validate/validation.h"
 
 namespace servesim::cli {
 
+namespace {
+
+bool names_measured(int argc, const char* const* argv) {
+  for (int i = 0; i < argc; ++i)
+    if (std::strcmp(argv[i], "--measured") == 0 || std::strncmp(argv[i], "--measured=", 11) == 0) return true;
+  return false;
+}
+
+// `validate --measured DIR_OR_JSON [prediction flags]`.
+int validate_measured_command(int argc, const char* const* argv) {
+  po::options_description general = simulation_model_options(
+      "servesim validate --measured: put a prediction beside a measured run of any engine (a `servesim run`, "
+      "`simulate` or `bench` folder, or a vLLM `bench serve --save-result` JSON): the same requests at the same "
+      "times simulated with the prediction flags below, and the TTFT, TPOT, ITL and E2E errors "
+      "(docs/validation.md)\n\nGeneral");
+  general.add_options()("help,h", "show this help")
+      ("measured", po::value<std::string>(),
+       "required: a run folder (requests.csv, + summary.json for ITL; or vllm_result.json) or a vLLM "
+       "bench serve result JSON (input_lens, output_lens, ttfts, itls, start_times where saved)");
+  po::options_description output("Output", kHelpWidth);
+  output.add_options()
+      ("out", po::value<std::string>(),
+       "required: folder for report.json, requests.csv (each measured request beside its prediction) and "
+       "predicted/ (summary.json, requests.csv, iterations.csv)")
+      ("json", "print report.json to stdout instead of the table")
+      ("quiet,q", "no progress on stderr");
+  po::options_description all(kHelpWidth);
+  all.add(general).add(output);
+  add_simulation_options(all);
+  const po::variables_map vm = parse_or_throw(argc, argv, all);
+  if (vm.count("help")) {
+    std::cout << all << "\nThe workload flags do not apply (the measured run's requests are simulated), except "
+                        "--seed, which draws a vLLM run's arrivals where its JSON has no start_times.\n"
+                        "Exit status: 0 success, 2 bad input (the message says which), 1 runtime failure.\n";
+    return 0;
+  }
+  if (!vm.count("measured")) throw InputError("--measured is required: a run folder or a vLLM result JSON");
+  if (!vm.count("out")) throw InputError("--out is required: the folder for report.json and the CSVs");
+  // The workload is the measured run's: a workload flag would be ignored.
+  const po::options_description workload_flags = workload_options();
+  for (const auto& option : workload_flags.options()) {
+    const std::string& name = option->long_name();
+    if (name != "seed" && vm.count(name) && !vm[name].defaulted())
+      throw InputError(fmt::format("--{} does not apply with --measured: the measured run's requests are "
+                                   "simulated at their own lengths and times",
+                                   name));
+  }
+  const bool quiet = vm.count("quiet") > 0;
+  SimulationFlags flags = simulation_from(vm);
+  SimulationSetup& setup = flags.setup;
+
+  MeasuredPrediction p;
+  p.measured = read_measured_run(vm["measured"].as<std::string>(), {setup.workload.seed});
+  LoopOptions loop;
+  loop.progress = progress_printer("validate --measured", quiet);
+  p.predicted = predict_measured_run(setup, flags.costs, p.measured, loop);
+  if (!quiet && stderr_is_terminal()) std::fprintf(stderr, "\n");
+  p.config = setup_to_json(setup, p.predicted.scheduler, flags.costs);
+  p.config["workload"] = {{"measured", p.measured.source},
+                          {"format", p.measured.format},
+                          {"requests", int64_t(p.measured.requests.size())},
+                          {"arrivals_assumed", p.measured.arrivals_assumed},
+                          {"closed_loop_concurrency", p.measured.closed_loop_concurrency}};
+  p.cost_model = flags.costs.describe();
+  nlohmann::json predicted_summary = summary_to_json(p.predicted.summary, setup.slo, p.config);
+  if (p.predicted.speculative) predicted_summary["speculative"] = p.predicted.speculative->to_json();
+  const std::string out_dir = vm["out"].as<std::string>();
+  write_measured_outputs(out_dir, p, predicted_summary);
+  if (vm.count("json")) {
+    std::cout << measured_report_json(p).dump(2) << "\n";
+    return 0;
+  }
+  std::cout << format_measured_table(
+      p, fmt::format("servesim validate --measured: {} on {}, {} scheduler, {} requests", setup.model.name,
+                     flags.profile ? "a profile" : setup.hardware.name, to_string(p.predicted.scheduler.policy),
+                     p.measured.requests.size()));
+  std::cout << "  outputs    " << out_dir << "/{report.json,requests.csv,predicted/}\n";
+  return 0;
+}
+
+}  // namespace
+
 int validate_command(int argc, const char* const* argv) {
+  if (names_measured(argc, argv)) return validate_measured_command(argc, argv);
   po::options_description general(
       "servesim validate: serve a workload for real with the built-in decoder, predict the same "
       "workload with the profile cost model, and report the errors (per iteration, and TTFT, TPOT "
-      "and E2E per request)\n\nGeneral", kHelpWidth);
+      "and E2E per request). `servesim validate --measured RUN --help`: a prediction beside a measured run of "
+      "any engine instead\n\nGeneral", kHelpWidth);
   general.add_options()("help,h", "show this help");
   add_engine_options(general);
   add_speculative_engine_options(general);

@@ -206,6 +206,40 @@ EngineOutput run_engine(const EngineSetup& setup, const Workload& workload, cons
   return out;
 }
 
+ServedDecoder build_served_decoder(const EngineSetup& setup) {
+  if (setup.scheduler.num_speculative_tokens > 0)
+    throw InputError("--num-speculative-tokens: serve does not speculate (use run or validate for speculative decoding)");
+  const DeviceChoice device = parse_device(setup.device);
+  require_device(device);
+  setup.model.validate(setup.model.name);
+  setup.precision.on(device);
+  ServedDecoder out;
+  out.scheduler = engine_scheduler_config(setup);
+  if (!device.cuda)
+    check_fits_in_memory(setup.model.name, double(setup.model.parameter_count()) * sizeof(float),
+                         double(out.scheduler.num_gpu_blocks) * out.scheduler.block_size *
+                             cpu_kv_bytes_per_token(setup.model, setup.precision));
+  WeightsSource weights = target_weights(setup, device);
+  EngineOutput& d = out.description;
+  d.weights_source = weights.description();
+  auto model = make_decoder(std::move(weights), device, out.scheduler.num_gpu_blocks, out.scheduler.block_size,
+                            setup.threads, setup.precision);
+  d.scheduler = out.scheduler;
+  d.device = model->device();
+  d.weight_bytes = model->weight_bytes();
+  d.kv_cache_bytes = model->kv_cache_bytes();
+  WarmUpSettings warm = setup.warm_up;
+  warm.prefill_tokens = std::min(warm.prefill_tokens, out.scheduler.max_num_batched_tokens);
+  warm.max_batched_tokens = out.scheduler.max_num_batched_tokens;
+  warm.max_sample_rows = std::min(out.scheduler.max_num_batched_tokens, out.scheduler.max_num_seqs);
+  d.warm_up = warm_up(*model, warm);
+  out.ready_line = fmt::format("{} on {}: {:.0f} MB of weights ({}), {:.0f} MB of KV cache ({} blocks of {} tokens)",
+                               setup.model.name, d.device, d.weight_bytes / 1e6, d.weights_source,
+                               d.kv_cache_bytes / 1e6, out.scheduler.num_gpu_blocks, out.scheduler.block_size);
+  out.executor = std::make_unique<DecoderExecutor>(std::move(model), setup.decoding);
+  return out;
+}
+
 nlohmann::json engine_setup_to_json(const EngineSetup& setup, const EngineOutput& out) {
   nlohmann::json j;
   j["model"] = model_to_json(setup.model);

@@ -102,6 +102,19 @@ struct EngineRunOptions {
 // 0), warms them up, serves the workload in real time and summarises it.
 EngineOutput run_engine(const EngineSetup& setup, const Workload& workload, const EngineRunOptions& options = {});
 
+// The decoder of `setup` (no draft) built and warmed up, to serve requests
+// as they come (`servesim serve`), with the scheduler configuration it
+// runs under and a line saying what was built.
+struct ServedDecoder {
+  SchedulerConfig scheduler;
+  std::unique_ptr<DecoderExecutor> executor;
+  EngineOutput description;  // device, weights, KV bytes, warm-up (no records)
+  std::string ready_line;
+};
+// Throws InputError for a speculative setup (not served yet) and whatever
+// run_engine refuses.
+ServedDecoder build_served_decoder(const EngineSetup& setup);
+
 nlohmann::json engine_setup_to_json(const EngineSetup& setup, const EngineOutput& out);
 
 }  // namespace servesim

@@ -15,7 +15,13 @@ packages=(
   python3 python3-numpy python3-matplotlib python3-pandas
   python3-nbclient python3-ipykernel python3-nbformat
   slurm-wlm munge
+  prometheus   # a real Prometheus scrapes `servesim serve` in the tests
+  nodejs       # the official openai client (npm) streams from `servesim serve` in the tests
+  clang libclang-rt-dev  # libFuzzer for the parsers' fuzz tests
 )
+# Debian's nodejs comes without npm; a Node.js from elsewhere (NodeSource)
+# brings its own, and Debian's npm package would conflict with it.
+if ! command -v npm >/dev/null 2>&1; then packages+=(npm); fi
 
 missing=()
 for p in "${packages[@]}"; do

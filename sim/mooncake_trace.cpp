@@ -87,7 +87,7 @@ size_t parse_hash_ids(const json& object, int32_t input_length, std::vector<uint
 
 // nlohmann's message without its exception tag and its "line 1" (each line
 // is parsed alone, so only the column means anything).
-std::string parse_error_detail(const json::parse_error& e) {
+std::string parse_error_detail(const json::exception& e) {
   std::string text = e.what();
   const size_t column = text.find("column");
   if (column != std::string::npos) return text.substr(column);
@@ -114,7 +114,7 @@ MooncakeTrace parse_mooncake_trace(const std::string& path,
     json object;
     try {
       object = json::parse(text.begin(), text.end());
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // parse_error, and out_of_range for a number past double (1E8888)
       where.fail("not a JSON line: " + parse_error_detail(e));
     }
     if (!object.is_object()) where.fail(fmt::format("{} is not a JSON object", shown(object)));

@@ -84,6 +84,23 @@ void Scheduler::free_slot(int32_t slot) {
   free_slots_.push_back(slot);
 }
 
+bool Scheduler::abort_request(int64_t request_id) {
+  auto holds = [&](int32_t slot) { return slots_[size_t(slot)].request_id == request_id; };
+  if (auto it = std::find_if(waiting_.begin(), waiting_.end(), holds); it != waiting_.end()) {
+    const int32_t slot = *it;
+    waiting_.erase(it);
+    free_slot(slot);
+    return true;
+  }
+  if (auto it = std::find_if(running_.begin(), running_.end(), holds); it != running_.end()) {
+    const int32_t slot = *it;
+    running_.erase(it);
+    free_slot(slot);
+    return true;
+  }
+  return false;
+}
+
 std::optional<std::string> Scheduler::add_request(const Request& r) {
   // Reasons name the limit, not the request, so a run has few distinct ones.
   const int64_t longest = int64_t(r.prompt_tokens) + r.output_tokens;

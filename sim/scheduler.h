@@ -122,6 +122,12 @@ class Scheduler {
   void complete(const IterationPlan& plan, const IterationResult& result,
                 SchedulerListener& listener);
 
+  // Drops a request that is waiting or running (its client went away):
+  // frees its KV blocks (full blocks keep their prefix-cache keys) and
+  // forgets it. Call between iterations (not between schedule() and
+  // complete()). Returns false when the scheduler does not hold it.
+  bool abort_request(int64_t request_id);
+
   // Prompt tokens of `request` this scheduler's prefix cache holds now: what
   // its admission would find (0 without caching or token identity). What a
   // prefix-aware router asks of each replica.

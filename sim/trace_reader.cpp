@@ -199,6 +199,7 @@ bool parse_timestamp_ns(std::string_view text, int64_t& out) {
   if (!ok) return false;
   if (in.accept('.') && !in.fraction_ns(frac)) return false;
   if (!parse_utc_offset(in, offset) || !in.done()) return false;
+  if (y < 1900 || y > 2100) return false;  // so ns since 1970, and their differences, fit int64
   if (mo < 1 || mo > 12 || d < 1 || d > days_in_month(y, mo)) return false;
   if (h > 23 || mi > 59 || s > 59) return false;
   const int64_t seconds = days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + s - offset;

@@ -1,5 +1,6 @@
 #include "kernels/decoder/decoder_executor.h"
 
+#include <algorithm>
 #include <chrono>
 #include <span>
 #include <stdexcept>
@@ -20,6 +21,29 @@ const std::vector<int32_t>* DecoderExecutor::tokens_of(int64_t request_id) const
   return it == tokens_.end() ? nullptr : &it->second;
 }
 
+void DecoderExecutor::set_request_input(int64_t request_id, RequestInput input) {
+  const int64_t vocab = model_->spec().vocab_size;
+  if (input.prompt.empty()) throw std::invalid_argument("DecoderExecutor: an empty prompt");
+  for (int32_t id : input.prompt)
+    if (id < 0 || id >= vocab)
+      throw std::invalid_argument(fmt::format("DecoderExecutor: prompt token {} outside the vocabulary of {}", id, vocab));
+  input.sampling.validate();
+  inputs_[request_id] = std::move(input);
+}
+
+double DecoderExecutor::uniform_of(const ScheduledSequence& item, const RequestInput* input) const {
+  const int64_t position = int64_t(item.num_cached_tokens) + item.num_query_tokens;
+  if (input && input->seeded) return sampling_uniform(input->sampling, 0, position);
+  return sampling_uniform(sampling_of(input), item.request_id, position);
+}
+
+bool DecoderExecutor::stops(const RequestInput* input, int32_t token, size_t generated) const {
+  if (!input) return options_.honor_eos && token == model_->spec().eos_token_id;
+  if (generated < size_t(input->min_tokens)) return false;
+  if (input->stop_at_eos && token == model_->spec().eos_token_id) return true;
+  return std::find(input->stop_token_ids.begin(), input->stop_token_ids.end(), token) != input->stop_token_ids.end();
+}
+
 void DecoderExecutor::execute(const IterationPlan& plan, IterationResult& result) {
   const auto start = std::chrono::steady_clock::now();
   layout_.clear();
@@ -33,41 +57,67 @@ void DecoderExecutor::execute(const IterationPlan& plan, IterationResult& result
     const int64_t end = int64_t(item.num_cached_tokens) + item.num_query_tokens;
     // Positions not seen before are prompt positions: the scheduler only
     // asks for a generated token's position after we have sampled it.
-    prompt_tokens_.fill(item, tokens, end);
+    if (const auto in = inputs_.find(item.request_id); in != inputs_.end()) {
+      const std::vector<int32_t>& prompt = in->second.prompt;
+      if (end > int64_t(std::max(tokens.size(), prompt.size())))
+        throw std::logic_error(fmt::format("request {}: position {} is past its prompt of {} tokens",
+                                           item.request_id, end - 1, prompt.size()));
+      while (int64_t(tokens.size()) < end) tokens.push_back(prompt[tokens.size()]);
+    } else {
+      prompt_tokens_.fill(item, tokens, end);
+    }
     layout_.add_sequence(std::span<const int32_t>(tokens).subspan(size_t(item.num_cached_tokens),
                                                                    size_t(item.num_query_tokens)),
                          item.num_cached_tokens, item.block_table, item.samples);
   }
   // The tokens of the sampling rows: chosen on the device where the decoder
-  // can, else sampled here from the logits.
+  // can (every row with the same temperature and top-p), else sampled here
+  // from the logits, each row with its request's settings.
   uniforms_.clear();
-  for (const ScheduledSequence& item : plan.sequences)
-    if (item.samples)
-      uniforms_.push_back(sampling_uniform(options_.sampling, item.request_id,
-                                           int64_t(item.num_cached_tokens) + item.num_query_tokens));
-  if (!model_->forward_select(layout_, options_.sampling, uniforms_, chosen_)) {
+  row_inputs_.clear();
+  bool same_settings = true;
+  for (const ScheduledSequence& item : plan.sequences) {
+    if (!item.samples) continue;
+    const auto in = inputs_.find(item.request_id);
+    const RequestInput* input = in == inputs_.end() ? nullptr : &in->second;
+    row_inputs_.push_back(input);
+    uniforms_.push_back(uniform_of(item, input));
+    const SamplingParams& first = sampling_of(row_inputs_.front()), &mine = sampling_of(input);
+    same_settings = same_settings && first.temperature == mine.temperature && first.top_p == mine.top_p;
+  }
+  const SamplingParams& batch_sampling = row_inputs_.empty() ? options_.sampling : sampling_of(row_inputs_.front());
+  if (!same_settings || !model_->forward_select(layout_, batch_sampling, uniforms_, chosen_)) {
     const std::vector<float>& logits = model_->forward(layout_);
     const int64_t vocab = model_->spec().vocab_size;
     chosen_.clear();
     for (const ScheduledSequence& item : plan.sequences) {
       if (!item.samples) continue;
       const size_t row = chosen_.size();
+      const RequestInput* input = row_inputs_[row];
+      SamplingParams params = sampling_of(input);
+      // sample_token draws sampling_uniform(params, request, position):
+      // a seeded request's draw names request 0 (uniform_of).
+      const int64_t as_request = input && input->seeded ? 0 : item.request_id;
       chosen_.push_back(sample_token(std::span<const float>(logits).subspan(row * size_t(vocab), size_t(vocab)),
-                                     options_.sampling, item.request_id,
+                                     params, as_request,
                                      int64_t(item.num_cached_tokens) + item.num_query_tokens));
     }
   }
 
-  if (options_.honor_eos) result.finished.assign(plan.sequences.size(), 0);
+  const bool may_stop = options_.honor_eos || !inputs_.empty();
+  if (may_stop) result.finished.assign(plan.sequences.size(), 0);
   size_t row = 0;
   for (size_t i = 0; i < plan.sequences.size(); ++i) {
     const ScheduledSequence& item = plan.sequences[i];
     if (!item.samples) continue;
+    const RequestInput* input = row_inputs_[row];
     const int32_t token = chosen_[row++];
-    tokens_[item.request_id].push_back(token);
+    std::vector<int32_t>& tokens = tokens_[item.request_id];
+    tokens.push_back(token);
     prompt_tokens_.record_output(item, token);
     if (keep_outputs_) outputs_[item.request_id].push_back(token);
-    if (options_.honor_eos && token == model_->spec().eos_token_id) result.finished[i] = 1;
+    const size_t generated = input ? tokens.size() - input->prompt.size() : 0;  // stops() reads it for inputs only
+    if (may_stop && stops(input, token, generated)) result.finished[i] = 1;
   }
   result.duration_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }

@@ -23,13 +23,34 @@ struct DecoderExecutorOptions {
   bool honor_eos = false;    // stop a request at the model's eos_token_id
 };
 
+// What a client sent with a request (`servesim serve`): its prompt's token
+// ids and how to sample and when to stop. A request without one draws its
+// prompt from its token identity or the prompt seed and samples with the
+// executor's settings.
+struct RequestInput {
+  std::vector<int32_t> prompt;  // [prompt tokens], ids < the model's vocabulary
+  SamplingParams sampling;
+  // With a seed of its own a request's tokens depend on (seed, position)
+  // only, not on its id: the same request with the same seed samples the same.
+  bool seeded = false;
+  bool stop_at_eos = true;              // false: vLLM's ignore_eos
+  int32_t min_tokens = 0;               // no stop before this many output tokens
+  std::vector<int32_t> stop_token_ids;  // besides EOS (vLLM's stop_token_ids)
+};
+
 class DecoderExecutor final : public Executor {
  public:
   DecoderExecutor(std::unique_ptr<DecoderModel> model, const DecoderExecutorOptions& options);
 
   std::string name() const override { return "decoder on " + model_->device(); }
   void execute(const IterationPlan& plan, IterationResult& result) override;
-  void on_request_finished(int64_t request_id) override { tokens_.erase(request_id); }
+  void on_request_finished(int64_t request_id) override {
+    tokens_.erase(request_id);
+    inputs_.erase(request_id);
+  }
+  // Serve `request_id` with what its client sent (before it is scheduled);
+  // forgotten when it finishes (on_request_finished).
+  void set_request_input(int64_t request_id, RequestInput input);
 
   DecoderModel& model() { return *model_; }
   // Prompt and generated tokens of a live request (nullptr once finished).
@@ -47,11 +68,19 @@ class DecoderExecutor final : public Executor {
   DecoderExecutorOptions options_;
   PromptTokens prompt_tokens_;
   std::unordered_map<int64_t, std::vector<int32_t>> tokens_;
+  std::unordered_map<int64_t, RequestInput> inputs_;
   bool keep_outputs_ = false;
   std::unordered_map<int64_t, std::vector<int32_t>> outputs_;
   BatchLayout layout_;
   std::vector<double> uniforms_;  // [S] each sampling row's draw
   std::vector<int32_t> chosen_;   // [S] each sampling row's token
+  std::vector<const RequestInput*> row_inputs_;  // [S] each sampling row's client input, or nullptr
+
+  const SamplingParams& sampling_of(const RequestInput* input) const {
+    return input ? input->sampling : options_.sampling;
+  }
+  double uniform_of(const ScheduledSequence& item, const RequestInput* input) const;
+  bool stops(const RequestInput* input, int32_t token, size_t generated) const;
 };
 
 }  // namespace servesim

@@ -1,0 +1,53 @@
+// The server's metrics under vLLM's names, label sets and bucket bounds
+// (vllm/v1/metrics/loggers.py), so dashboards made for vLLM read them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "engine/server/prometheus.h"
+
+namespace servesim {
+
+// Times of one finished request, seconds (engine clock).
+struct FinishedRequestTimes {
+  double arrival_s = 0, first_scheduled_s = -1, first_token_s = -1, last_token_s = -1, finish_s = 0;
+  int32_t prompt_tokens = 0, generation_tokens = 0, max_tokens = 0;
+  std::string finish_reason;  // "stop", "length" or "abort"
+};
+
+class ServingMetrics {
+ public:
+  explicit ServingMetrics(const std::string& model_name);
+
+  // Engine state after each iteration (and while idle).
+  void set_state(int64_t running, int64_t waiting, double kv_cache_usage);
+  void add_prompt_tokens(int64_t n) { prompt_tokens_.inc(double(n)); }
+  void add_generation_tokens(int64_t n) { generation_tokens_.inc(double(n)); }
+  void add_preemptions(int64_t n) { preemptions_.inc(double(n)); }
+  void add_prefix_cache(int64_t queries, int64_t hits) {
+    prefix_queries_.inc(double(queries));
+    prefix_hits_.inc(double(hits));
+  }
+  void observe_ttft(double s) { ttft_.observe(s); }
+  // A gap between two emissions of one request (vLLM observes it under the
+  // inter-token name and, deprecated, the time-per-output-token one).
+  void observe_inter_token(double s) {
+    itl_.observe(s);
+    tpot_.observe(s);
+  }
+  void observe_finished(const FinishedRequestTimes& r);
+
+  std::string render() const { return registry_.render(); }
+  PromRegistry& registry() { return registry_; }
+
+ private:
+  PromRegistry registry_;
+  PromLabels labels_;
+  PromRegistry::Gauge &running_, &waiting_, &kv_usage_;
+  PromRegistry::Counter &prompt_tokens_, &generation_tokens_, &preemptions_, &prefix_queries_, &prefix_hits_;
+  PromRegistry::Histogram &ttft_, &itl_, &tpot_, &request_tpot_, &e2e_, &queue_, &inference_, &prefill_, &decode_;
+  PromRegistry::Histogram &request_prompt_tokens_, &request_generation_tokens_;
+};
+
+}  // namespace servesim

@@ -1,0 +1,148 @@
+#!/usr/bin/python3
+"""A prediction checked against a server over HTTP: `servesim bench` drives
+`servesim serve --device cpu` at a light and a near-saturation load, then
+`servesim validate --measured` predicts the same requests at the same times
+from this machine's profile and reports the TTFT/TPOT errors; beside it, the
+client's TTFT against the server's own Prometheus histogram (they differ by
+the transport only).
+
+1. `servesim calibrate --threads 1` (full) writes the profile (or --profile).
+2. The loads: fractions of the capacity the profile's simulation serves
+   (as experiments/validation_cpu/run.py: light 0.1, near-saturation 0.5).
+3. For each load: a fresh `servesim serve` (one decoder thread, chunked),
+   `servesim bench` (completions, token-id prompts, --ignore-eos), a scrape
+   of /metrics, `servesim validate --measured` on the bench folder.
+4. summary.csv and summary.json: per load, measured and predicted P50/P90
+   TTFT and TPOT and their errors; client vs server TTFT.
+Run it on an idle machine (the project's 2-core VMs: see
+experiments/results/cpu*/README.md for how their speed drifts).
+Usage: experiments/serve_bench/run.py [--servesim PATH] [--out DIR] [--profile P]
+"""
+import argparse
+import csv
+import datetime
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MODEL = "small-110m"
+LOADS = [("light", 0.1, 48), ("near-saturation", 0.5, 40)]  # name, fraction of capacity, requests
+LENGTHS = ["--prompt-len", "uniform:16:256", "--output-len", "uniform:16:128"]
+CAPACITY_WORKLOAD = ["--rate", "100", "--num-requests", "400", *LENGTHS, "--seed", "1"]
+ENGINE = ["--model", MODEL, "--threads", "1", "--scheduler", "chunked"]
+
+
+def sh(cmd):
+    print("$ " + " ".join(cmd), file=sys.stderr, flush=True)
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"failed ({done.returncode}): {' '.join(cmd)}\n{done.stderr}")
+    return done.stdout
+
+
+def start_server(servesim, log_path):
+    cmd = [servesim, "serve", *ENGINE, "--port", "0"]
+    print("$ " + " ".join(cmd), file=sys.stderr, flush=True)
+    log = open(log_path, "w")
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=log, text=True)
+    for line in proc.stderr:
+        log.write(line)
+        m = re.search(r"listening on http://[^:]+:(\d+)", line)
+        if m:
+            return proc, int(m.group(1)), log
+    sys.exit(f"serve did not start; see {log_path}")
+
+
+def scrape(port):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            out[name] = float(value)
+    return text, out
+
+
+def metric(samples, prefix):
+    return sum(v for k, v in samples.items() if k.split("{")[0] == prefix)
+
+
+def rel(pred, meas):
+    return (pred - meas) / meas if meas else None
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--servesim", default=os.path.join(ROOT, "build/release/cli/servesim"))
+    ap.add_argument("--out", default=os.path.join(ROOT, "experiments/results/serve_bench"))
+    ap.add_argument("--profile", help="a profile of this machine (default: calibrate one)")
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    profile = a.profile or os.path.join(a.out, "profile.json")
+    if not a.profile:
+        t0 = time.time()
+        sh([a.servesim, "calibrate", "--device", "cpu", "--model", MODEL, "--threads", "1", "--out", profile])
+        print(f"calibrated in {time.time() - t0:.0f} s", file=sys.stderr)
+    cap = json.loads(sh([a.servesim, "simulate", "--profile", profile, "--json", "--quiet", "--scheduler", "chunked"]
+                        + CAPACITY_WORKLOAD))["throughput"]["requests_per_s"]
+    rows = []
+    for name, fraction, n in LOADS:
+        rate = float(f"{fraction * cap:.2g}")
+        folder = os.path.join(a.out, name)
+        os.makedirs(folder, exist_ok=True)
+        proc, port, log = start_server(a.servesim, os.path.join(folder, "serve.log"))
+        try:
+            sh([a.servesim, "bench", "--base-url", f"http://127.0.0.1:{port}", "--rate", str(rate),
+                "--num-requests", str(n), *LENGTHS, "--seed", "2", "--ignore-eos", "--vocab-size", "32000",
+                "--out", os.path.join(folder, "bench"), "-q"])
+            text, samples = scrape(port)
+            with open(os.path.join(folder, "metrics.txt"), "w") as f:
+                f.write(text)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(60)
+            log.close()
+        sh([a.servesim, "validate", "--measured", os.path.join(folder, "bench"), "--profile", profile, *ENGINE,
+            "--out", os.path.join(folder, "validate")])
+        with open(os.path.join(folder, "bench", "summary.json")) as f:
+            bench = json.load(f)
+        with open(os.path.join(folder, "validate", "report.json")) as f:
+            report = json.load(f)
+        server_ttft = (metric(samples, "vllm:time_to_first_token_seconds_sum")
+                       / metric(samples, "vllm:time_to_first_token_seconds_count"))
+        row = {"load": name, "rate": rate, "requests": n, "completed": bench["requests"]["completed"],
+               "client_ttft_mean_ms": bench["ttft_s"]["mean"] * 1e3, "server_ttft_mean_ms": server_ttft * 1e3}
+        pred = json.load(open(os.path.join(folder, "validate", "predicted", "summary.json")))
+        for metric_name in ("ttft_s", "tpot_s"):
+            for p in ("p50", "p90"):
+                meas, pr = bench[metric_name][p], pred[metric_name][p]
+                row[f"{metric_name}_{p}_measured_ms"] = meas * 1e3
+                row[f"{metric_name}_{p}_predicted_ms"] = pr * 1e3
+                row[f"{metric_name}_{p}_error"] = rel(pr, meas)
+        row["report"] = os.path.relpath(os.path.join(folder, "validate", "report.json"), a.out)
+        rows.append(row)
+        print(json.dumps(row), file=sys.stderr)
+    with open(os.path.join(a.out, "summary.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    meta = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "machine": subprocess.run(["sh", "-c", "lscpu | grep 'Model name' | sed 's/.*: *//'"],
+                                      capture_output=True, text=True).stdout.strip(),
+            "cores": os.cpu_count(),
+            "commit": subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
+                                     text=True).stdout.strip(),
+            "capacity_requests_per_s": cap, "rows": rows}
+    with open(os.path.join(a.out, "summary.json"), "w") as f:
+        json.dump(meta, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,86 @@
+#!/usr/bin/python3
+"""`servesim bench` against `servesim serve` on loopback: every request
+accounted for on both ends, and the client's TTFT beside the server's own
+histogram (they differ by the transport only).
+
+Run one case:   serve_bench_test.py --servesim BIN --source-dir ROOT --work-dir DIR CASE
+List the cases: serve_bench_test.py --list
+"""
+
+import csv
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cli_test import check, run_case_from_argv  # noqa: E402
+from serve_support import Server, metric  # noqa: E402
+
+CASES = {}
+MODEL = "tiny-15m"
+
+
+def case(fn):
+    CASES[fn.__name__] = fn
+    return fn
+
+
+def bench(ctx, server, out, *flags):
+    vocab = [] if "chat" in flags else ["--vocab-size", "32000"]
+    return ctx.ok("bench", "--base-url", f"http://127.0.0.1:{server.port}", *vocab,
+                  "--ignore-eos", "--out", out, "-q", *flags)
+
+
+@case
+def serve_bench_accounts_for_every_request(ctx):
+    with Server(ctx) as s:
+        out = ctx.path("bench")
+        bench(ctx, s, out, "--rate", "20", "--num-requests", "40", "--prompt-len", "uniform:8:64",
+              "--output-len", "uniform:2:12", "--seed", "3")
+        summary = json.load(open(os.path.join(out, "summary.json")))
+        check(summary["requests"]["completed"] == 40, f"requests {summary['requests']}")
+        rows = list(csv.DictReader(open(os.path.join(out, "requests.csv"))))
+        check(len(rows) == 40, f"{len(rows)} rows in requests.csv")
+        m = s.wait_idle()
+        check(metric(m, "vllm:e2e_request_latency_seconds_count") == 40, "the server finished 40 requests")
+        # Output lengths as asked (--ignore-eos): the server generated what bench counted.
+        asked = sum(int(r["output_tokens"]) for r in rows)
+        check(sum(int(r["tokens_emitted"]) for r in rows) == asked, "bench counted other lengths than it asked")
+        check(metric(m, "vllm:generation_tokens_total") == asked, f"generation tokens vs {asked} asked")
+        check(summary["tokens"]["output"] == asked, f"tokens {summary['tokens']}")
+        # The client's mean TTFT is the server's plus the transport: a few ms at most on loopback.
+        server_mean = (metric(m, "vllm:time_to_first_token_seconds_sum")
+                       / metric(m, "vllm:time_to_first_token_seconds_count"))
+        client_mean = summary["ttft_s"]["mean"]
+        print(f"TTFT mean: client {client_mean * 1e3:.2f} ms, server {server_mean * 1e3:.2f} ms")
+        # A few ms on an idle machine; a loaded one (ctest -j beside it) delays the threads' wake-ups too.
+        check(0 <= client_mean - server_mean < max(0.005, 0.1 * server_mean),
+              f"client TTFT mean {client_mean * 1e3:.2f} ms vs the server's {server_mean * 1e3:.2f} ms")
+        # The client's P50 lies where the server's histogram puts its median (one bucket of slack).
+        buckets = sorted((float(k.split('le="')[1].split('"')[0].replace("+Inf", "inf")), v)
+                         for k, v in m.items() if k.startswith("vllm:time_to_first_token_seconds_bucket"))
+        median_le = next(le for le, count in buckets if count >= 20)
+        bounds = [le for le, _ in buckets]
+        i = bounds.index(median_le)
+        low = bounds[i - 2] if i >= 2 else 0.0
+        p50 = summary["ttft_s"]["p50"]
+        check(low <= p50 <= (bounds[i + 1] if i + 1 < len(bounds) else float("inf")),
+              f"client P50 {p50} outside the server's median bucket (le={median_le})")
+
+
+@case
+def serve_bench_chat_closed_loop(ctx):
+    with Server(ctx) as s:
+        out = ctx.path("chat")
+        bench(ctx, s, out, "--endpoint", "chat", "--chat-text", "letters", "--arrival", "closed",
+              "--concurrency", "4", "--num-requests", "12", "--prompt-len", "16", "--output-len", "5")
+        summary = json.load(open(os.path.join(out, "summary.json")))
+        check(summary["requests"]["completed"] == 12, f"requests {summary['requests']}")
+        result = json.load(open(os.path.join(out, "vllm_result.json")))
+        check(result["completed"] == 12 and len(result["ttfts"]) == 12, "vllm_result.json")
+        check(all(n == 5 for n in result["output_lens"]), f"output lens {result['output_lens']}")
+        s.wait_idle()
+
+
+if __name__ == "__main__":
+    sys.exit(run_case_from_argv(CASES, __doc__))
