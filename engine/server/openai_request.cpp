@@ -89,7 +89,14 @@ std::vector<int32_t> token_ids(const json& array, const char* name, int64_t voca
 
 // The completions API's prompt: a string, token ids, or a batch of one of either.
 std::vector<int32_t> completion_prompt(const json& prompt, const ApiContext& context) {
-  if (prompt.is_string()) return context.tokenizer->encode(prompt.get<std::string>());
+  if (prompt.is_string()) {
+    // As Hugging Face's encode (and so vLLM) does for a Llama-3 vocabulary:
+    // a text prompt starts with <|begin_of_text|> unless it already does.
+    std::vector<int32_t> ids = context.tokenizer->encode(prompt.get<std::string>());
+    if (const auto bos = context.tokenizer->special_token_id("<|begin_of_text|>"); bos && (ids.empty() || ids[0] != *bos))
+      ids.insert(ids.begin(), *bos);
+    return ids;
+  }
   if (!prompt.is_array()) throw bad("prompt", fmt::format("'prompt' must be a string or token ids (got {})", type_name(prompt)));
   if (prompt.empty()) throw bad("prompt", "'prompt' is empty");
   if (prompt[0].is_string() || prompt[0].is_array()) {

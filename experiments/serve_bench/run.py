@@ -35,7 +35,8 @@ MODEL = "small-110m"
 LOADS = [("light", 0.1, 48), ("near-saturation", 0.5, 40)]  # name, fraction of capacity, requests
 LENGTHS = ["--prompt-len", "uniform:16:256", "--output-len", "uniform:16:128"]
 CAPACITY_WORKLOAD = ["--rate", "100", "--num-requests", "400", *LENGTHS, "--seed", "1"]
-ENGINE = ["--model", MODEL, "--threads", "1", "--scheduler", "chunked"]
+PREDICTION = ["--model", MODEL, "--scheduler", "chunked"]
+ENGINE = [*PREDICTION, "--threads", "1"]  # the profile is calibrated with one thread too
 
 
 def sh(cmd):
@@ -62,12 +63,39 @@ def start_server(servesim, log_path):
 def scrape(port):
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
         text = r.read().decode()
+    return text, parse_metrics(text)
+
+
+def parse_metrics(text):
     out = {}
     for line in text.splitlines():
         if line and not line.startswith("#"):
             name, value = line.rsplit(" ", 1)
             out[name] = float(value)
-    return text, out
+    return out
+
+
+def scrape_file(path):
+    with open(path) as f:
+        text = f.read()
+    return text, parse_metrics(text)
+
+
+def serve_and_bench(a, folder, rate, n):
+    """A fresh server, the bench run against it, its /metrics at the end."""
+    proc, port, log = start_server(a.servesim, os.path.join(folder, "serve.log"))
+    try:
+        sh([a.servesim, "bench", "--base-url", f"http://127.0.0.1:{port}", "--rate", str(rate),
+            "--num-requests", str(n), *LENGTHS, "--seed", "2", "--ignore-eos", "--vocab-size", "32000",
+            "--out", os.path.join(folder, "bench"), "-q"])
+        text, samples = scrape(port)
+        with open(os.path.join(folder, "metrics.txt"), "w") as f:
+            f.write(text)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+        log.close()
+    return text, samples
 
 
 def metric(samples, prefix):
@@ -83,6 +111,7 @@ def main():
     ap.add_argument("--servesim", default=os.path.join(ROOT, "build/release/cli/servesim"))
     ap.add_argument("--out", default=os.path.join(ROOT, "experiments/results/serve_bench"))
     ap.add_argument("--profile", help="a profile of this machine (default: calibrate one)")
+    ap.add_argument("--rerun", action="store_true", help="serve and bench again where a load's folder has a run")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     profile = a.profile or os.path.join(a.out, "profile.json")
@@ -97,19 +126,11 @@ def main():
         rate = float(f"{fraction * cap:.2g}")
         folder = os.path.join(a.out, name)
         os.makedirs(folder, exist_ok=True)
-        proc, port, log = start_server(a.servesim, os.path.join(folder, "serve.log"))
-        try:
-            sh([a.servesim, "bench", "--base-url", f"http://127.0.0.1:{port}", "--rate", str(rate),
-                "--num-requests", str(n), *LENGTHS, "--seed", "2", "--ignore-eos", "--vocab-size", "32000",
-                "--out", os.path.join(folder, "bench"), "-q"])
-            text, samples = scrape(port)
-            with open(os.path.join(folder, "metrics.txt"), "w") as f:
-                f.write(text)
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(60)
-            log.close()
-        sh([a.servesim, "validate", "--measured", os.path.join(folder, "bench"), "--profile", profile, *ENGINE,
+        if os.path.exists(os.path.join(folder, "metrics.txt")) and not a.rerun:  # served already
+            text, samples = scrape_file(os.path.join(folder, "metrics.txt"))
+        else:
+            text, samples = serve_and_bench(a, folder, rate, n)
+        sh([a.servesim, "validate", "--measured", os.path.join(folder, "bench"), "--profile", profile, *PREDICTION,
             "--out", os.path.join(folder, "validate")])
         with open(os.path.join(folder, "bench", "summary.json")) as f:
             bench = json.load(f)

@@ -3,6 +3,7 @@
 // back) and the Prometheus text exposition.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -194,4 +195,26 @@ TEST_CASE("server: numbers JSON cannot hold and values of odd types are 400s, no
   CHECK(f.error(R"({"messages":[{"role":"user","content":[{"type":7,"text":"x"}]}]})",
                 ApiEndpoint::ChatCompletions).first == 400);
   CHECK(f.error(R"({"prompt":"a","seed":18446744073709551615})").first == 400);
+}
+
+TEST_CASE("server: with a Llama-3 tokenizer text prompts start with <|begin_of_text|> and chats use its template",
+          "[server]") {
+  const auto tokenizer = load_tokenizer_json(std::string(SERVESIM_TEST_DATA_DIR) + "/tokenizers/tiny_llama3.json", 300);
+  ApiContext c;
+  c.model_name = "m";
+  c.tokenizer = tokenizer.get();
+  c.vocab_size = 300;
+  c.max_model_len = 256;
+  const int32_t bos = *tokenizer->special_token_id("<|begin_of_text|>");
+  const CompletionRequest text = parse_completion_request(R"({"prompt":"hello"})", ApiEndpoint::Completions, c);
+  REQUIRE(text.prompt_ids.size() >= 2);
+  CHECK(text.prompt_ids[0] == bos);
+  CHECK(std::count(text.prompt_ids.begin(), text.prompt_ids.end(), bos) == 1);
+  // Token ids are sent as they are.
+  const CompletionRequest ids = parse_completion_request(R"({"prompt":[5,6]})", ApiEndpoint::Completions, c);
+  CHECK(ids.prompt_ids == std::vector<int32_t>{5, 6});
+  const CompletionRequest chat = parse_completion_request(R"({"messages":[{"role":"user","content":"hi"}]})",
+                                                          ApiEndpoint::ChatCompletions, c);
+  CHECK(chat.prompt_ids[0] == bos);
+  CHECK(std::count(chat.prompt_ids.begin(), chat.prompt_ids.end(), *tokenizer->special_token_id("<|eot_id|>")) == 1);
 }
