@@ -9,26 +9,10 @@
 #include "sim/errors.h"
 #include "sim/report.h"
 #include "validate/iteration_errors.h"
+#include "validate/report.h"
 
 namespace servesim {
 namespace {
-
-nlohmann::json number(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
-
-nlohmann::json stats_json(const Distribution& d) {
-  return {{"count", d.count}, {"mean", d.mean}, {"p50", d.p50}, {"p90", d.p90}, {"p99", d.p99}};
-}
-
-// As validate/report.cpp's comparison: predicted / measured - 1 per statistic.
-nlohmann::json comparison_json(const Distribution& measured, const Distribution& predicted) {
-  return {{"measured", stats_json(measured)},
-          {"predicted", stats_json(predicted)},
-          {"rel_error",
-           {{"mean", number(rel_error(predicted.mean, measured.mean))},
-            {"p50", number(rel_error(predicted.p50, measured.p50))},
-            {"p90", number(rel_error(predicted.p90, measured.p90))},
-            {"p99", number(rel_error(predicted.p99, measured.p99))}}}};
-}
 
 std::string pct(double e) { return std::isfinite(e) ? fmt::format("{:+.1f}%", e * 100) : std::string("-"); }
 std::string cell(double v) { return v >= 0 && std::isfinite(v) ? fmt::format("{}", v) : std::string(); }
@@ -77,10 +61,10 @@ nlohmann::json measured_report_json(const MeasuredPrediction& p) {
                    {"duration_s", duration},
                    {"requests_per_s", duration > 0 ? double(m.completed()) / duration : 0.0},
                    {"output_tokens_per_s", duration > 0 ? double(output_tokens(m)) / duration : 0.0}};
-  j["ttft_s"] = comparison_json(m.ttft(), s.ttft_s);
-  j["tpot_s"] = comparison_json(m.tpot(), s.tpot_s);
-  j["itl_s"] = has_itl(m) ? comparison_json(m.itl(), s.itl_s) : nlohmann::json(nullptr);
-  j["e2e_s"] = comparison_json(m.e2e(), s.e2e_s);
+  j["ttft_s"] = distribution_comparison_json(m.ttft(), s.ttft_s);
+  j["tpot_s"] = distribution_comparison_json(m.tpot(), s.tpot_s);
+  j["itl_s"] = has_itl(m) ? distribution_comparison_json(m.itl(), s.itl_s) : nlohmann::json(nullptr);
+  j["e2e_s"] = distribution_comparison_json(m.e2e(), s.e2e_s);
   j["predicted_run"] = {{"submitted", s.submitted},
                         {"completed", s.completed},
                         {"rejected", s.rejected},

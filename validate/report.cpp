@@ -21,7 +21,9 @@ nlohmann::json stats_json(const Distribution& d) {
   return {{"count", d.count}, {"mean", d.mean}, {"p50", d.p50}, {"p90", d.p90}, {"p99", d.p99}};
 }
 
-nlohmann::json comparison_json(const Distribution& measured, const Distribution& predicted) {
+}  // namespace
+
+nlohmann::json distribution_comparison_json(const Distribution& measured, const Distribution& predicted) {
   return {{"measured", stats_json(measured)},
           {"predicted", stats_json(predicted)},
           {"rel_error",
@@ -30,6 +32,8 @@ nlohmann::json comparison_json(const Distribution& measured, const Distribution&
             {"p90", number(rel_error(predicted.p90, measured.p90))},
             {"p99", number(rel_error(predicted.p99, measured.p99))}}}};
 }
+
+namespace {
 
 double busy_s(const RunRecords& r) {
   double s = 0;
@@ -150,9 +154,9 @@ nlohmann::json validation_report_json(const ValidationResult& v, ValidationMode 
                            {"mixed", number(v.iteration.mixed.bias)}}},
                          {"floor", number(v.noise_floor)}};
   j["iteration_breakdown"] = shape_breakdown_json(v.iteration_shapes);
-  j["ttft_s"] = comparison_json(m.ttft_s, p.ttft_s);
-  j["tpot_s"] = comparison_json(m.tpot_s, p.tpot_s);
-  j["e2e_s"] = comparison_json(m.e2e_s, p.e2e_s);
+  j["ttft_s"] = distribution_comparison_json(m.ttft_s, p.ttft_s);
+  j["tpot_s"] = distribution_comparison_json(m.tpot_s, p.tpot_s);
+  j["e2e_s"] = distribution_comparison_json(m.e2e_s, p.e2e_s);
   if (mode == ValidationMode::Predict && v.predict_bands) {
     // The median over the draws is `predicted`; beside it their band and
     // the one simulation without jitter.
@@ -162,7 +166,7 @@ nlohmann::json validation_report_json(const ValidationResult& v, ValidationMode 
           std::tuple{"tpot_s", &v.predict_bands->tpot_s, &m.tpot_s, &single.tpot_s},
           std::tuple{"e2e_s", &v.predict_bands->e2e_s, &m.e2e_s, &single.e2e_s}}) {
       j[name]["draws"] = band_json(*band);
-      const nlohmann::json alone = comparison_json(*measured, *one);
+      const nlohmann::json alone = distribution_comparison_json(*measured, *one);
       j[name]["single_simulation"] = {{"predicted", alone["predicted"]}, {"rel_error", alone["rel_error"]}};
     }
     j["predict_draws"] = {{"draws", v.predict_bands->ttft_s.draws}, {"jitter", v.predict_jitter}};

@@ -19,6 +19,11 @@ namespace servesim {
 //   measured / predicted_run {completed, duration_s, requests_per_s, output_tokens_per_s, ...},
 //   profile, [profile_saved_as], cost_model, host_drift, [speculative], warnings,
 //   definitions, percentiles, config.
+// {"measured": {count, mean, p50, p90, p99}, "predicted": {...}, "rel_error":
+// {mean, p50, p90, p99}} with rel_error = predicted / measured - 1 (null
+// where undefined): how report.json compares one latency metric.
+nlohmann::json distribution_comparison_json(const Distribution& measured, const Distribution& predicted);
+
 nlohmann::json validation_report_json(const ValidationResult& result, ValidationMode mode);
 
 // Writes into `dir`: report.json (for `mode`), report_replay.json,
