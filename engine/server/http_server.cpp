@@ -1,5 +1,6 @@
 #include "engine/server/http_server.h"
 
+#include <array>
 #include <chrono>
 #include <deque>
 #include <utility>
@@ -345,12 +346,33 @@ class Session : public std::enable_shared_from_this<Session> {
     read();
   }
 
+  // Closing right after an error response would reset the connection while
+  // the client's unread bytes (the rest of a rejected request) are still
+  // queued, and a reset can discard the response before the client reads it.
+  // So, as nginx's lingering close does: shut the sending side, read and drop
+  // what the client still sends for a bounded time, then close.
   void close() {
     end_request();
+    if (closing_) return;
+    closing_ = true;
     beast::error_code ignored;
     stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
-    stream_.socket().close(ignored);
+    if (!stream_.socket().is_open()) return;
+    stream_.expires_after(std::chrono::seconds(2));
+    linger();
   }
+  void linger() {
+    stream_.async_read_some(net::buffer(linger_buffer_), [self = shared_from_this()](beast::error_code ec, size_t n) {
+      self->lingered_bytes_ += n;
+      if (ec || self->lingered_bytes_ > kMaxLingerBytes) {
+        beast::error_code ignored;
+        self->stream_.socket().close(ignored);
+        return;
+      }
+      self->linger();
+    });
+  }
+  static constexpr size_t kMaxLingerBytes = 1 << 20;
 
   beast::tcp_stream stream_;
   beast::flat_buffer buffer_;
@@ -360,6 +382,9 @@ class Session : public std::enable_shared_from_this<Session> {
   std::shared_ptr<Session> self_while_running_;
   unsigned version_ = 11;
   bool keep_alive_ = true;
+  bool closing_ = false;
+  std::array<char, 4096> linger_buffer_;
+  size_t lingered_bytes_ = 0;
 
   std::optional<CompletionStream> completion_;
   CompletionUsage usage_;

@@ -121,18 +121,38 @@ TEST_CASE("server: an aborted request frees its KV blocks and ends as abort", "[
   Harness h;
   h.start();
   Received got;
-  int64_t id = -1;
-  REQUIRE(h.engine->submit(greedy(std::vector<int32_t>(30, 9), 200), got.sink(), &id) ==
-          OnlineEngine::Admission::Accepted);
-  // Wait for a few tokens, then abort.
-  for (int i = 0; i < 300; ++i) {
+  // The sink holds the engine thread once 3 tokens have arrived until the
+  // abort is queued: the tiny model would otherwise finish all 200 tokens
+  // before the test thread gets to abort() on a fast machine.
+  std::mutex gate_mutex;
+  std::condition_variable gate_cv;
+  bool abort_queued = false;
+  EventSink record = got.sink();
+  EventSink gated = [&](EngineEvent&& e) {
+    const int64_t request = e.id;
+    record(std::move(e));
+    size_t received;
     {
       std::lock_guard lock(got.mutex);
-      if (got.tokens[id].size() >= 3) break;
+      received = got.tokens[request].size();
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (received < 3) return;
+    std::unique_lock lock(gate_mutex);
+    gate_cv.wait_for(lock, std::chrono::seconds(30), [&] { return abort_queued; });
+  };
+  int64_t id = -1;
+  REQUIRE(h.engine->submit(greedy(std::vector<int32_t>(30, 9), 200), gated, &id) ==
+          OnlineEngine::Admission::Accepted);
+  {
+    std::unique_lock lock(got.mutex);
+    REQUIRE(got.cv.wait_for(lock, std::chrono::seconds(30), [&] { return got.tokens[id].size() >= 3; }));
   }
   h.engine->abort(id);
+  {
+    std::lock_guard lock(gate_mutex);
+    abort_queued = true;
+  }
+  gate_cv.notify_all();
   REQUIRE(got.wait_finished(id));
   CHECK(got.last[id].finish_reason == "abort");
   CHECK(got.tokens[id].size() < 200);
