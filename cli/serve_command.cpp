@@ -64,9 +64,9 @@ int serve_command(int argc, const char* const* argv) {
       "/v1/chat/completions; GET /v1/models, /health, /metrics)\n\nGeneral", kHelpWidth);
   general.add_options()("help,h", "show this help");
   add_engine_options(general);
+  add_speculative_engine_options(general);
   po::options_description hidden;  // read by engine_setup_from, not used by a server
   hidden.add(workload_options(engine_workload_defaults())).add(slo_options());
-  add_speculative_engine_options(hidden);
   po::options_description visible(kHelpWidth);
   visible.add(general).add(server_options()).add(scheduler_options());
   po::options_description all;

@@ -120,14 +120,20 @@ SchedulerConfig engine_scheduler_config(const EngineSetup& setup) {
   return resolve_scheduler_config(settings, setup.model, host);
 }
 
-EngineOutput run_engine(const EngineSetup& setup, const Workload& workload, const EngineRunOptions& options) {
-  const DeviceChoice device = parse_device(setup.device);
-  require_device(device);
-  setup.model.validate(setup.model.name);
-  setup.precision.on(device);  // refuses what the device's decoder does not build
+namespace {
 
-  EngineOutput out;
-  out.scheduler = engine_scheduler_config(setup);
+// The executor `setup` serves with: the decoder, or with a draft the
+// speculative executor over both, built and warmed up; `out` receives what
+// was built (device, weights, KV bytes, warm-ups; out.scheduler must be
+// resolved). The decoder holds `extra_kv_blocks` beyond the scheduler's.
+struct BuiltExecutor {
+  std::unique_ptr<ServedExecutor> executor;
+  const SpeculativeExecutor* speculative = nullptr;  // executor, when it speculates
+  std::string draft_note;  // ", draft NAME (...)" for the ready line, or empty
+};
+
+BuiltExecutor build_executor(const EngineSetup& setup, const DeviceChoice& device, int64_t extra_kv_blocks,
+                             EngineOutput& out) {
   const std::optional<ModelSpec> draft_spec = draft_model_spec(setup.speculative, setup.model);
   const double tokens = double(out.scheduler.num_gpu_blocks) * out.scheduler.block_size;
   if (!device.cuda)
@@ -141,8 +147,8 @@ EngineOutput run_engine(const EngineSetup& setup, const Workload& workload, cons
   out.weights_source = weights.description();
   std::optional<WeightsSource> draft_source;
   if (draft_spec) draft_source = draft_weights(setup.speculative, *draft_spec, weights, device);
-  if (options.extra_kv_blocks < 0) throw std::invalid_argument("run_engine: extra_kv_blocks must be >= 0");
-  auto model = make_decoder(std::move(weights), device, out.scheduler.num_gpu_blocks + options.extra_kv_blocks,
+  if (extra_kv_blocks < 0) throw std::invalid_argument("run_engine: extra_kv_blocks must be >= 0");
+  auto model = make_decoder(std::move(weights), device, out.scheduler.num_gpu_blocks + extra_kv_blocks,
                             out.scheduler.block_size, setup.threads, setup.precision);
   out.device = model->device();
   out.weight_bytes = model->weight_bytes();
@@ -156,36 +162,50 @@ EngineOutput run_engine(const EngineSetup& setup, const Workload& workload, cons
                out.scheduler.max_num_seqs * (1 + std::max(0, out.scheduler.num_speculative_tokens)));
   out.warm_up = warm_up(*model, warm_up_settings);
 
-  std::unique_ptr<Executor> served;
-  const SpeculativeExecutor* speculative = nullptr;
-  std::string draft_note;
-  if (draft_source) {
-    out.draft_weights_source = draft_source->description();
-    if (draft_source->layers_of) out.draft_weights_source = fmt::format(
-        "the first {} layers of {}", setup.speculative.self_draft_layers, out.weights_source);
-    // Same blocks as the target: the draft's cache is addressed by its block ids.
-    auto draft = make_decoder(std::move(*draft_source), device, out.scheduler.num_gpu_blocks,
-                              out.scheduler.block_size, setup.threads, setup.precision);
-    out.draft_warm_up = warm_up(*draft, warm_up_settings);
-    out.draft_weight_bytes = draft->weight_bytes();
-    out.draft_kv_cache_bytes = draft->kv_cache_bytes();
-    out.kv_cache_bytes += out.draft_kv_cache_bytes;
-    draft_note = fmt::format(", draft {} ({:.0f} MB of weights, {}; {} acceptance)", draft->spec().name,
-                             out.draft_weight_bytes / 1e6, out.draft_weights_source,
-                             acceptance_mode(setup.speculative, setup.decoding.sampling.temperature));
-    SpeculativeExecutorOptions spec_options;
-    spec_options.decoding = setup.decoding;
-    spec_options.num_speculative_tokens = out.scheduler.num_speculative_tokens;
-    spec_options.acceptance_rate = setup.speculative.acceptance_rate;
-    auto executor = std::make_unique<SpeculativeExecutor>(std::move(model), std::move(draft), spec_options);
-    speculative = executor.get();
-    served = std::move(executor);
-  } else {
-    served = std::make_unique<DecoderExecutor>(std::move(model), setup.decoding);
+  BuiltExecutor built;
+  if (!draft_source) {
+    built.executor = std::make_unique<DecoderExecutor>(std::move(model), setup.decoding);
+    return built;
   }
+  out.draft_weights_source = draft_source->description();
+  if (draft_source->layers_of)
+    out.draft_weights_source =
+        fmt::format("the first {} layers of {}", setup.speculative.self_draft_layers, out.weights_source);
+  // Same blocks as the target: the draft's cache is addressed by its block ids.
+  auto draft = make_decoder(std::move(*draft_source), device, out.scheduler.num_gpu_blocks, out.scheduler.block_size,
+                            setup.threads, setup.precision);
+  out.draft_warm_up = warm_up(*draft, warm_up_settings);
+  out.draft_weight_bytes = draft->weight_bytes();
+  out.draft_kv_cache_bytes = draft->kv_cache_bytes();
+  out.kv_cache_bytes += out.draft_kv_cache_bytes;
+  built.draft_note = fmt::format(", draft {} ({:.0f} MB of weights, {}; {} acceptance)", draft->spec().name,
+                                 out.draft_weight_bytes / 1e6, out.draft_weights_source,
+                                 acceptance_mode(setup.speculative, setup.decoding.sampling.temperature));
+  SpeculativeExecutorOptions spec_options;
+  spec_options.decoding = setup.decoding;
+  spec_options.num_speculative_tokens = out.scheduler.num_speculative_tokens;
+  spec_options.acceptance_rate = setup.speculative.acceptance_rate;
+  auto executor = std::make_unique<SpeculativeExecutor>(std::move(model), std::move(draft), spec_options);
+  built.speculative = executor.get();
+  built.executor = std::move(executor);
+  return built;
+}
+
+}  // namespace
+
+EngineOutput run_engine(const EngineSetup& setup, const Workload& workload, const EngineRunOptions& options) {
+  const DeviceChoice device = parse_device(setup.device);
+  require_device(device);
+  setup.model.validate(setup.model.name);
+  setup.precision.on(device);  // refuses what the device's decoder does not build
+
+  EngineOutput out;
+  out.scheduler = engine_scheduler_config(setup);
+  BuiltExecutor built = build_executor(setup, device, options.extra_kv_blocks, out);
+  Executor& served = *built.executor;
   if (options.on_ready)
     options.on_ready(fmt::format("{} on {}: {:.0f} MB of weights ({}){}, {:.0f} MB of KV cache ({} blocks); {}", setup.model.name,
-                         out.device, out.weight_bytes / 1e6, out.weights_source, draft_note,
+                         out.device, out.weight_bytes / 1e6, out.weights_source, built.draft_note,
                          out.kv_cache_bytes / 1e6, out.scheduler.num_gpu_blocks,
                          out.warm_up.prefill_tokens > 0
                              ? fmt::format("warmed up: a {}-token prefill and {} decode steps, {:.2f} s",
@@ -193,50 +213,33 @@ EngineOutput run_engine(const EngineSetup& setup, const Workload& workload, cons
                                            out.warm_up.seconds + out.draft_warm_up.seconds)
                              : std::string("no warm-up")));
 
-  if (options.before_run) options.before_run(*served);
+  if (options.before_run) options.before_run(served);
   Scheduler scheduler(out.scheduler);
   std::unique_ptr<Clock> clock = options.make_clock ? options.make_clock() : std::make_unique<WallClock>();
   LoopOptions loop;
   loop.progress = options.progress;
   loop.observers = options.observers;
-  out.records = run_serving_loop(scheduler, *served, *clock, workload, loop);
-  if (options.after_run) options.after_run(*served);
+  out.records = run_serving_loop(scheduler, served, *clock, workload, loop);
+  if (options.after_run) options.after_run(served);
   out.summary = summarize_run(out.records, setup.slo);
-  if (speculative) out.speculative = *speculative->speculative_stats();
+  if (built.speculative) out.speculative = *built.speculative->speculative_stats();
   return out;
 }
 
 ServedDecoder build_served_decoder(const EngineSetup& setup) {
-  if (setup.scheduler.num_speculative_tokens > 0)
-    throw InputError("--num-speculative-tokens: serve does not speculate (use run or validate for speculative decoding)");
   const DeviceChoice device = parse_device(setup.device);
   require_device(device);
   setup.model.validate(setup.model.name);
   setup.precision.on(device);
   ServedDecoder out;
   out.scheduler = engine_scheduler_config(setup);
-  if (!device.cuda)
-    check_fits_in_memory(setup.model.name, double(setup.model.parameter_count()) * sizeof(float),
-                         double(out.scheduler.num_gpu_blocks) * out.scheduler.block_size *
-                             cpu_kv_bytes_per_token(setup.model, setup.precision));
-  WeightsSource weights = target_weights(setup, device);
   EngineOutput& d = out.description;
-  d.weights_source = weights.description();
-  auto model = make_decoder(std::move(weights), device, out.scheduler.num_gpu_blocks, out.scheduler.block_size,
-                            setup.threads, setup.precision);
   d.scheduler = out.scheduler;
-  d.device = model->device();
-  d.weight_bytes = model->weight_bytes();
-  d.kv_cache_bytes = model->kv_cache_bytes();
-  WarmUpSettings warm = setup.warm_up;
-  warm.prefill_tokens = std::min(warm.prefill_tokens, out.scheduler.max_num_batched_tokens);
-  warm.max_batched_tokens = out.scheduler.max_num_batched_tokens;
-  warm.max_sample_rows = std::min(out.scheduler.max_num_batched_tokens, out.scheduler.max_num_seqs);
-  d.warm_up = warm_up(*model, warm);
-  out.ready_line = fmt::format("{} on {}: {:.0f} MB of weights ({}), {:.0f} MB of KV cache ({} blocks of {} tokens)",
-                               setup.model.name, d.device, d.weight_bytes / 1e6, d.weights_source,
+  BuiltExecutor built = build_executor(setup, device, 0, d);
+  out.ready_line = fmt::format("{} on {}: {:.0f} MB of weights ({}){}, {:.0f} MB of KV cache ({} blocks of {} tokens)",
+                               setup.model.name, d.device, d.weight_bytes / 1e6, d.weights_source, built.draft_note,
                                d.kv_cache_bytes / 1e6, out.scheduler.num_gpu_blocks, out.scheduler.block_size);
-  out.executor = std::make_unique<DecoderExecutor>(std::move(model), setup.decoding);
+  out.executor = std::move(built.executor);
   return out;
 }
 

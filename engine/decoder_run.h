@@ -14,6 +14,7 @@
 #include "engine/warm_up.h"
 #include "kernels/decoder/decoder_executor.h"
 #include "kernels/decoder/decoder_precision.h"
+#include "kernels/decoder/served_executor.h"
 #include "kernels/decoder/device_choice.h"
 #include "kernels/decoder/speculative_setup.h"
 #include "sim/clock.h"
@@ -102,17 +103,16 @@ struct EngineRunOptions {
 // 0), warms them up, serves the workload in real time and summarises it.
 EngineOutput run_engine(const EngineSetup& setup, const Workload& workload, const EngineRunOptions& options = {});
 
-// The decoder of `setup` (no draft) built and warmed up, to serve requests
-// as they come (`servesim serve`), with the scheduler configuration it
-// runs under and a line saying what was built.
+// The decoder of `setup` (and its draft when it speculates) built and
+// warmed up, to serve requests as they come (`servesim serve`), with the
+// scheduler configuration it runs under and a line saying what was built.
 struct ServedDecoder {
   SchedulerConfig scheduler;
-  std::unique_ptr<DecoderExecutor> executor;
-  EngineOutput description;  // device, weights, KV bytes, warm-up (no records)
+  std::unique_ptr<ServedExecutor> executor;  // a DecoderExecutor or a SpeculativeExecutor
+  EngineOutput description;  // device, weights, KV bytes, warm-ups (no records)
   std::string ready_line;
 };
-// Throws InputError for a speculative setup (not served yet) and whatever
-// run_engine refuses.
+// Throws InputError for whatever run_engine refuses.
 ServedDecoder build_served_decoder(const EngineSetup& setup);
 
 nlohmann::json engine_setup_to_json(const EngineSetup& setup, const EngineOutput& out);

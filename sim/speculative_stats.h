@@ -52,6 +52,8 @@ class SpeculativeStats {
   void merge(const SpeculativeStats& other);
 
   int64_t steps() const { return steps_; }
+  int64_t proposed_tokens() const { return proposed_; }  // sum of k' over every step
+  int64_t accepted_tokens() const { return accepted_; }  // sum of a over every step
   int64_t plain_decodes() const { return plain_decodes_; }
   double draft_seconds() const { return draft_seconds_; }
   const std::vector<int64_t>& attempts_per_position() const { return attempts_; }

@@ -77,9 +77,11 @@ class OnlineEngine::Listener final : public SchedulerListener {
   double now_;
 };
 
-OnlineEngine::OnlineEngine(Scheduler& scheduler, DecoderExecutor& executor, ServingMetrics& metrics,
+OnlineEngine::OnlineEngine(Scheduler& scheduler, ServedExecutor& executor, ServingMetrics& metrics,
                            const OnlineEngineOptions& options)
     : scheduler_(scheduler), executor_(executor), metrics_(metrics), options_(options) {
+  if (const SpeculativeStats* stats = executor_.speculative_stats())
+    metrics_.enable_speculative(stats->num_speculative_tokens());
   publish_state();
 }
 
@@ -215,6 +217,7 @@ void OnlineEngine::step() {
   result_.reset();
   executor_.execute(plan_, result_);
   clock_.advance(result_.duration_s);
+  if (const SpeculativeStats* stats = executor_.speculative_stats()) metrics_.update_speculative(*stats);
   Listener completed(*this, clock_.now());
   finished_ids_.clear();
   scheduler_.complete(plan_, result_, completed);

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "engine/server/serving_metrics.h"
-#include "kernels/decoder/decoder_executor.h"
+#include "kernels/decoder/served_executor.h"
 #include "sim/clock.h"
 #include "sim/scheduler.h"
 
@@ -53,7 +53,7 @@ struct OnlineEngineOptions {
 
 class OnlineEngine {
  public:
-  OnlineEngine(Scheduler& scheduler, DecoderExecutor& executor, ServingMetrics& metrics,
+  OnlineEngine(Scheduler& scheduler, ServedExecutor& executor, ServingMetrics& metrics,
                const OnlineEngineOptions& options);
 
   enum class Admission { Accepted, QueueFull, Draining };
@@ -102,7 +102,7 @@ class OnlineEngine {
   void publish_state();
 
   Scheduler& scheduler_;
-  DecoderExecutor& executor_;
+  ServedExecutor& executor_;
   ServingMetrics& metrics_;
   OnlineEngineOptions options_;
   WallClock clock_;

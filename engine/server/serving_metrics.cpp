@@ -75,6 +75,35 @@ ServingMetrics::ServingMetrics(const std::string& model_name)
   }
 }
 
+void ServingMetrics::enable_speculative(int32_t k) {
+  spec_drafts_ = &registry_.counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", labels_);
+  spec_draft_tokens_ = &registry_.counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", labels_);
+  spec_accepted_ = &registry_.counter("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", labels_);
+  spec_accepted_per_pos_.clear();
+  for (int32_t position = 0; position < k; ++position) {
+    PromLabels l = labels_;
+    l["position"] = std::to_string(position);
+    spec_accepted_per_pos_.push_back(&registry_.counter("vllm:spec_decode_num_accepted_tokens_per_pos",
+                                                        "Accepted tokens per draft position.", l));
+  }
+  counted_per_pos_.assign(size_t(k), 0);
+}
+
+void ServingMetrics::update_speculative(const SpeculativeStats& stats) {
+  if (!spec_drafts_) return;
+  spec_drafts_->inc(double(stats.steps() - counted_steps_));
+  spec_draft_tokens_->inc(double(stats.proposed_tokens() - counted_proposed_));
+  spec_accepted_->inc(double(stats.accepted_tokens() - counted_accepted_));
+  counted_steps_ = stats.steps();
+  counted_proposed_ = stats.proposed_tokens();
+  counted_accepted_ = stats.accepted_tokens();
+  const std::vector<int64_t>& accepts = stats.accepts_per_position();
+  for (size_t j = 0; j < accepts.size() && j < spec_accepted_per_pos_.size(); ++j) {
+    spec_accepted_per_pos_[j]->inc(double(accepts[j] - counted_per_pos_[j]));
+    counted_per_pos_[j] = accepts[j];
+  }
+}
+
 void ServingMetrics::set_state(int64_t running, int64_t waiting, double kv_cache_usage) {
   running_.set(double(running));
   waiting_.set(double(waiting));

@@ -4,8 +4,10 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "engine/server/prometheus.h"
+#include "sim/speculative_stats.h"
 
 namespace servesim {
 
@@ -37,6 +39,14 @@ class ServingMetrics {
     tpot_.observe(s);
   }
   void observe_finished(const FinishedRequestTimes& r);
+  // vLLM V1's speculative-decoding counters (vllm:spec_decode_num_drafts,
+  // _num_draft_tokens, _num_accepted_tokens, _num_accepted_tokens_per_pos
+  // with a `position` label 0 .. k-1), registered at zero for a server that
+  // drafts up to `k` tokens a step.
+  void enable_speculative(int32_t k);
+  // Advances those counters to the totals in `stats` (what the executor
+  // counted so far). Engine thread only.
+  void update_speculative(const SpeculativeStats& stats);
 
   std::string render() const { return registry_.render(); }
   PromRegistry& registry() { return registry_; }
@@ -48,6 +58,11 @@ class ServingMetrics {
   PromRegistry::Counter &prompt_tokens_, &generation_tokens_, &preemptions_, &prefix_queries_, &prefix_hits_;
   PromRegistry::Histogram &ttft_, &itl_, &tpot_, &request_tpot_, &e2e_, &queue_, &inference_, &prefill_, &decode_;
   PromRegistry::Histogram &request_prompt_tokens_, &request_generation_tokens_;
+  // Speculative decoding (enable_speculative), with the totals already counted.
+  PromRegistry::Counter *spec_drafts_ = nullptr, *spec_draft_tokens_ = nullptr, *spec_accepted_ = nullptr;
+  std::vector<PromRegistry::Counter*> spec_accepted_per_pos_;
+  int64_t counted_steps_ = 0, counted_proposed_ = 0, counted_accepted_ = 0;
+  std::vector<int64_t> counted_per_pos_;
 };
 
 }  // namespace servesim

@@ -22,26 +22,13 @@ const std::vector<int32_t>* DecoderExecutor::tokens_of(int64_t request_id) const
 }
 
 void DecoderExecutor::set_request_input(int64_t request_id, RequestInput input) {
-  const int64_t vocab = model_->spec().vocab_size;
-  if (input.prompt.empty()) throw std::invalid_argument("DecoderExecutor: an empty prompt");
-  for (int32_t id : input.prompt)
-    if (id < 0 || id >= vocab)
-      throw std::invalid_argument(fmt::format("DecoderExecutor: prompt token {} outside the vocabulary of {}", id, vocab));
-  input.sampling.validate();
+  check_request_input(input, model_->spec().vocab_size, "DecoderExecutor");
   inputs_[request_id] = std::move(input);
 }
 
 double DecoderExecutor::uniform_of(const ScheduledSequence& item, const RequestInput* input) const {
   const int64_t position = int64_t(item.num_cached_tokens) + item.num_query_tokens;
-  if (input && input->seeded) return sampling_uniform(input->sampling, 0, position);
-  return sampling_uniform(sampling_of(input), item.request_id, position);
-}
-
-bool DecoderExecutor::stops(const RequestInput* input, int32_t token, size_t generated) const {
-  if (!input) return options_.honor_eos && token == model_->spec().eos_token_id;
-  if (generated < size_t(input->min_tokens)) return false;
-  if (input->stop_at_eos && token == model_->spec().eos_token_id) return true;
-  return std::find(input->stop_token_ids.begin(), input->stop_token_ids.end(), token) != input->stop_token_ids.end();
+  return sampling_uniform(sampling_of(input), draw_request_id(input, item.request_id), position);
 }
 
 void DecoderExecutor::execute(const IterationPlan& plan, IterationResult& result) {
@@ -95,11 +82,9 @@ void DecoderExecutor::execute(const IterationPlan& plan, IterationResult& result
       const size_t row = chosen_.size();
       const RequestInput* input = row_inputs_[row];
       SamplingParams params = sampling_of(input);
-      // sample_token draws sampling_uniform(params, request, position):
-      // a seeded request's draw names request 0 (uniform_of).
-      const int64_t as_request = input && input->seeded ? 0 : item.request_id;
+      // sample_token draws sampling_uniform(params, request, position), as uniform_of.
       chosen_.push_back(sample_token(std::span<const float>(logits).subspan(row * size_t(vocab), size_t(vocab)),
-                                     params, as_request,
+                                     params, draw_request_id(input, item.request_id),
                                      int64_t(item.num_cached_tokens) + item.num_query_tokens));
     }
   }
@@ -117,7 +102,8 @@ void DecoderExecutor::execute(const IterationPlan& plan, IterationResult& result
     prompt_tokens_.record_output(item, token);
     if (keep_outputs_) outputs_[item.request_id].push_back(token);
     const size_t generated = input ? tokens.size() - input->prompt.size() : 0;  // stops() reads it for inputs only
-    if (may_stop && stops(input, token, generated)) result.finished[i] = 1;
+    if (may_stop && request_stops(input, options_.honor_eos, model_->spec().eos_token_id, token, generated))
+      result.finished[i] = 1;
   }
   result.duration_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }

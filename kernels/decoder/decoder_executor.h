@@ -13,7 +13,7 @@
 #include "kernels/decoder/decoder_model.h"
 #include "kernels/decoder/prompt_tokens.h"
 #include "kernels/decoder/sampler.h"
-#include "sim/executor.h"
+#include "kernels/decoder/served_executor.h"
 
 namespace servesim {
 
@@ -23,22 +23,7 @@ struct DecoderExecutorOptions {
   bool honor_eos = false;    // stop a request at the model's eos_token_id
 };
 
-// What a client sent with a request (`servesim serve`): its prompt's token
-// ids and how to sample and when to stop. A request without one draws its
-// prompt from its token identity or the prompt seed and samples with the
-// executor's settings.
-struct RequestInput {
-  std::vector<int32_t> prompt;  // [prompt tokens], ids < the model's vocabulary
-  SamplingParams sampling;
-  // With a seed of its own a request's tokens depend on (seed, position)
-  // only, not on its id: the same request with the same seed samples the same.
-  bool seeded = false;
-  bool stop_at_eos = true;              // false: vLLM's ignore_eos
-  int32_t min_tokens = 0;               // no stop before this many output tokens
-  std::vector<int32_t> stop_token_ids;  // besides EOS (vLLM's stop_token_ids)
-};
-
-class DecoderExecutor final : public Executor {
+class DecoderExecutor final : public ServedExecutor {
  public:
   DecoderExecutor(std::unique_ptr<DecoderModel> model, const DecoderExecutorOptions& options);
 
@@ -48,13 +33,10 @@ class DecoderExecutor final : public Executor {
     tokens_.erase(request_id);
     inputs_.erase(request_id);
   }
-  // Serve `request_id` with what its client sent (before it is scheduled);
-  // forgotten when it finishes (on_request_finished).
-  void set_request_input(int64_t request_id, RequestInput input);
+  void set_request_input(int64_t request_id, RequestInput input) override;
 
   DecoderModel& model() { return *model_; }
-  // Prompt and generated tokens of a live request (nullptr once finished).
-  const std::vector<int32_t>* tokens_of(int64_t request_id) const;
+  const std::vector<int32_t>* tokens_of(int64_t request_id) const override;
   // Every token a request ever generated, kept after it finishes when asked.
   void keep_outputs(bool keep) { keep_outputs_ = keep; }
   const std::unordered_map<int64_t, std::vector<int32_t>>& outputs() const { return outputs_; }
@@ -80,7 +62,6 @@ class DecoderExecutor final : public Executor {
     return input ? input->sampling : options_.sampling;
   }
   double uniform_of(const ScheduledSequence& item, const RequestInput* input) const;
-  bool stops(const RequestInput* input, int32_t token, size_t generated) const;
 };
 
 }  // namespace servesim

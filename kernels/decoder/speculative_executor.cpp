@@ -1,5 +1,6 @@
 #include "kernels/decoder/speculative_executor.h"
 
+#include <algorithm>
 #include <chrono>
 #include <stdexcept>
 
@@ -53,15 +54,22 @@ std::optional<int32_t> SpeculativeExecutor::draft_cached_of(int64_t request_id) 
   return it->second.draft_cached;
 }
 
-void SpeculativeExecutor::on_request_finished(int64_t request_id) { live_.erase(request_id); }
+void SpeculativeExecutor::on_request_finished(int64_t request_id) {
+  live_.erase(request_id);
+  inputs_.erase(request_id);
+}
+
+void SpeculativeExecutor::set_request_input(int64_t request_id, RequestInput input) {
+  check_request_input(input, target_->spec().vocab_size, "SpeculativeExecutor");
+  inputs_[request_id] = std::move(input);
+}
 
 void SpeculativeExecutor::run_draft_passes(const IterationPlan& plan) {
   plan_draft_passes(plan, draft_cached_, passes_);
   const int64_t V = target_->spec().vocab_size;
-  const bool keep_q = !options_.acceptance_rate && options_.decoding.sampling.temperature > 0;
   draft_probs_.resize(plan.sequences.size());
   for (size_t i = 0; i < plan.sequences.size(); ++i)
-    draft_probs_[i].resize(keep_q ? size_t(proposed_drafts(plan.sequences[i])) * size_t(V) : 0);
+    draft_probs_[i].resize(keeps_draft_probs(i) ? size_t(proposed_drafts(plan.sequences[i])) * size_t(V) : 0);
 
   for (size_t p = 0; p < passes_.size(); ++p) {
     layout_.clear();
@@ -84,9 +92,11 @@ void SpeculativeExecutor::run_draft_passes(const IterationPlan& plan) {
         throw std::logic_error(fmt::format("SpeculativeExecutor: request {} proposes position {} holding {} tokens",
                                            s.request_id, position, live.tokens.size()));
       std::span<double> q;
-      if (keep_q) q = std::span<double>(draft_probs_[i]).subspan(p * size_t(V), size_t(V));
+      if (keeps_draft_probs(i)) q = std::span<double>(draft_probs_[i]).subspan(p * size_t(V), size_t(V));
+      const RequestInput* input = item_inputs_[i];
       live.tokens.push_back(propose_draft_token(std::span<const float>(logits).subspan(row * size_t(V), size_t(V)),
-                                                options_.decoding.sampling, s.request_id, position, q));
+                                                sampling_of(input), draw_request_id(input, s.request_id), position,
+                                                q));
       ++row;
     }
   }
@@ -110,17 +120,20 @@ Verification SpeculativeExecutor::verify(const ScheduledSequence& item, size_t i
   const int32_t c = item.num_cached_tokens;
   const std::span<const int32_t> drafts =
       std::span<const int32_t>(items_[i]->tokens).subspan(size_t(c) + 1, size_t(proposed_drafts(item)));
-  const SamplingParams& params = options_.decoding.sampling;
+  const RequestInput* input = item_inputs_[i];
+  const SamplingParams& params = sampling_of(input);
+  const int64_t request = draw_request_id(input, item.request_id);
   if (options_.acceptance_rate)
-    return verify_controlled(drafts, rows, V, params, *options_.acceptance_rate, item.request_id, c + 1);
+    return verify_controlled(drafts, rows, V, params, *options_.acceptance_rate, request, c + 1);
   if (params.temperature == 0.0) return verify_greedy(drafts, rows, V);
-  return verify_rejection(drafts, draft_probs_[i], rows, V, params, item.request_id, c + 1);
+  return verify_rejection(drafts, draft_probs_[i], rows, V, params, request, c + 1);
 }
 
 void SpeculativeExecutor::execute(const IterationPlan& plan, IterationResult& result) {
   const auto start = Clock::now();
   const size_t n = plan.sequences.size();
   items_.assign(n, nullptr);
+  item_inputs_.assign(n, nullptr);
   draft_cached_.assign(n, 0);
   item_of_.clear();
   for (size_t i = 0; i < n; ++i) {
@@ -128,10 +141,21 @@ void SpeculativeExecutor::execute(const IterationPlan& plan, IterationResult& re
     Live& live = live_[item.request_id];
     items_[i] = &live;  // unordered_map nodes stay put as others are added
     item_of_[item.request_id] = i;
+    const auto in = inputs_.find(item.request_id);
+    if (in != inputs_.end()) item_inputs_[i] = &in->second;
     if (item.is_prefill) {
       // Positions not seen before are prompt positions: the scheduler only
       // asks for a generated token's position after it was emitted.
-      prompt_tokens_.fill(item, live.tokens, int64_t(item.num_cached_tokens) + item.num_query_tokens);
+      const int64_t end = int64_t(item.num_cached_tokens) + item.num_query_tokens;
+      if (in != inputs_.end()) {
+        const std::vector<int32_t>& prompt = in->second.prompt;
+        if (end > int64_t(std::max(live.tokens.size(), prompt.size())))
+          throw std::logic_error(fmt::format("request {}: position {} is past its prompt of {} tokens",
+                                             item.request_id, end - 1, prompt.size()));
+        while (int64_t(live.tokens.size()) < end) live.tokens.push_back(prompt[live.tokens.size()]);
+      } else {
+        prompt_tokens_.fill(item, live.tokens, end);
+      }
       draft_cached_[i] = item.num_cached_tokens;  // the draft prefills the same chunk
       continue;
     }
@@ -155,8 +179,9 @@ void SpeculativeExecutor::execute(const IterationPlan& plan, IterationResult& re
 
   const int64_t V = target_->spec().vocab_size;
   const bool honor_eos = options_.decoding.honor_eos;
+  const bool may_stop = honor_eos || !inputs_.empty();
   result.emitted_tokens.assign(n, 0);
-  if (honor_eos) result.finished.assign(n, 0);
+  if (may_stop) result.finished.assign(n, 0);
   size_t row = 0;
   for (size_t i = 0; i < n; ++i) {
     const ScheduledSequence& item = plan.sequences[i];
@@ -168,7 +193,8 @@ void SpeculativeExecutor::execute(const IterationPlan& plan, IterationResult& re
       if (!item.samples) continue;
       const int64_t position = int64_t(c) + item.num_query_tokens;
       v.tokens.push_back(sample_token(std::span<const float>(logits).subspan(row * size_t(V), size_t(V)),
-                                      options_.decoding.sampling, item.request_id, position));
+                                      sampling_of(item_inputs_[i]), draw_request_id(item_inputs_[i], item.request_id),
+                                      position));
       ++row;
     } else {
       const int32_t k = proposed_drafts(item);
@@ -179,13 +205,16 @@ void SpeculativeExecutor::execute(const IterationPlan& plan, IterationResult& re
       if (k >= 1) stats_.record_step(item.request_id, k, v.accepted);
       else stats_.record_plain_decode();
     }
-    // With --honor-eos a request ends at its first EOS, even mid-step.
+    // A request ends at its first stop (EOS with --honor-eos, or its
+    // client's stop rules), even mid-step: the tokens after it are dropped.
+    const RequestInput* input = item_inputs_[i];
     for (const int32_t token : v.tokens) {
       live.tokens.push_back(token);
       prompt_tokens_.record_output(item, token);
       if (keep_outputs_) outputs_[item.request_id].push_back(token);
       ++result.emitted_tokens[i];
-      if (honor_eos && token == target_->spec().eos_token_id) {
+      const size_t generated = input ? live.tokens.size() - input->prompt.size() : 0;  // read for inputs only
+      if (may_stop && request_stops(input, honor_eos, target_->spec().eos_token_id, token, generated)) {
         result.finished[i] = 1;
         break;
       }

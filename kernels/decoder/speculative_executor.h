@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "kernels/decoder/decoder_executor.h"
+#include "kernels/decoder/served_executor.h"
 #include "kernels/decoder/decoder_model.h"
 #include "kernels/decoder/prompt_tokens.h"
 #include "kernels/decoder/speculative_sampling.h"
@@ -37,7 +38,7 @@ struct SpeculativeExecutorOptions {
   std::optional<double> acceptance_rate;
 };
 
-class SpeculativeExecutor final : public Executor {
+class SpeculativeExecutor final : public ServedExecutor {
  public:
   // Both models must share the vocabulary and have the same KV blocks
   // (number and size); std::invalid_argument otherwise.
@@ -47,13 +48,16 @@ class SpeculativeExecutor final : public Executor {
   std::string name() const override;
   void execute(const IterationPlan& plan, IterationResult& result) override;
   void on_request_finished(int64_t request_id) override;
+  // A client's prompt, sampling and stop rules (`servesim serve`): the
+  // drafts, the verification and the stop rules use the request's own
+  // settings, the prompt its ids.
+  void set_request_input(int64_t request_id, RequestInput input) override;
   // What speculation did so far.
-  const SpeculativeStats* speculative_stats() const { return &stats_; }
+  const SpeculativeStats* speculative_stats() const override { return &stats_; }
 
   DecoderModel& target() { return *target_; }
   DecoderModel& draft() { return *draft_; }
-  // Prompt and generated tokens of a live request (nullptr once finished).
-  const std::vector<int32_t>* tokens_of(int64_t request_id) const;
+  const std::vector<int32_t>* tokens_of(int64_t request_id) const override;
   // Tokens of a live request whose K and V are valid in the draft's cache.
   std::optional<int32_t> draft_cached_of(int64_t request_id) const;
   // Every token a request ever generated, kept after it finishes when asked.
@@ -73,17 +77,26 @@ class SpeculativeExecutor final : public Executor {
   void build_target_layout(const IterationPlan& plan);  // the verification pass, into layout_
   // Decides item i's acceptance from its logits rows; returns the tokens emitted.
   Verification verify(const ScheduledSequence& item, size_t i, std::span<const float> rows);
+  const SamplingParams& sampling_of(const RequestInput* input) const {
+    return input ? input->sampling : options_.decoding.sampling;
+  }
+  // Rejection sampling needs the draft's distribution of plan item i.
+  bool keeps_draft_probs(size_t i) const {
+    return !options_.acceptance_rate && sampling_of(item_inputs_[i]).temperature > 0;
+  }
 
   std::unique_ptr<DecoderModel> target_, draft_;
   SpeculativeExecutorOptions options_;
   PromptTokens prompt_tokens_;
   SpeculativeStats stats_;
   std::unordered_map<int64_t, Live> live_;
+  std::unordered_map<int64_t, RequestInput> inputs_;
   bool keep_outputs_ = false;
   std::unordered_map<int64_t, std::vector<int32_t>> outputs_;
 
   // Per iteration, reused.
   std::vector<Live*> items_;               // the live state of each plan item
+  std::vector<const RequestInput*> item_inputs_;  // each plan item's client input, or nullptr
   std::vector<int32_t> draft_cached_;      // d_i of each plan item
   std::vector<IterationPlan> passes_;      // the draft passes
   std::unordered_map<int64_t, size_t> item_of_;  // request id -> plan index

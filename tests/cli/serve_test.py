@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """`servesim serve` end to end over loopback: the OpenAI routes streamed and
 not, the metrics, bad requests (each followed by a good one), disconnects,
-overload, SIGTERM, 256 concurrent streams and memory over many requests.
+overload, SIGTERM, 256 concurrent streams, memory over many requests and
+speculative decoding.
 
 Run one case:   serve_test.py --servesim BIN --source-dir ROOT --work-dir DIR CASE
 List the cases: serve_test.py --list
@@ -367,16 +368,49 @@ def serve_mutated_requests_keep_it_serving(ctx):
 
 
 @case
+def serve_speculative_decoding(ctx):
+    # Greedy texts of a server that drafts 3 tokens with a self-draft equal a plain server's (streamed
+    # and not), and /metrics counts the drafts under vLLM's names.
+    prompts = [[10, 20, 30], [5, 900, 31999, 77], "Hello, servesim"]
+    with Server(ctx) as plain:
+        want = [plain.post_json("/v1/completions", completion(p, 12, temperature=0, ignore_eos=True))[2]
+                ["choices"][0]["text"] for p in prompts]
+    with Server(ctx, "--num-speculative-tokens", "3", "--self-draft-layers", "1") as s:
+        check("draft" in s.stderr(), f"the ready line does not name the draft: {s.stderr()}")
+        for p, w in zip(prompts, want):
+            status, _, body = s.post_json("/v1/completions", completion(p, 12, temperature=0, ignore_eos=True))
+            check(status == 200, f"status {status}: {body}")
+            check(body["choices"][0]["text"] == w, f"prompt {p!r}: {body['choices'][0]['text']!r} against {w!r}")
+            check(body["usage"]["completion_tokens"] == 12, f"usage {body['usage']}")
+        events = s.stream("/v1/completions", completion(prompts[0], 12, temperature=0, stream=True, ignore_eos=True))
+        check(events[-1] == "[DONE]", "no [DONE]")
+        check("".join(c["choices"][0]["text"] for c in events[:-1]) == want[0], "streamed text differs")
+        m = s.metrics()
+        drafts = metric(m, "vllm:spec_decode_num_drafts_total")
+        draft_tokens = metric(m, "vllm:spec_decode_num_draft_tokens_total")
+        accepted = metric(m, "vllm:spec_decode_num_accepted_tokens_total")
+        print(f"drafts {drafts}, draft tokens {draft_tokens}, accepted {accepted}")
+        check(drafts > 0 and drafts <= draft_tokens <= 3 * drafts, f"drafts {drafts}, draft tokens {draft_tokens}")
+        check(0 <= accepted <= draft_tokens, f"accepted {accepted} of {draft_tokens}")
+        per_position = sum(metric(m, "vllm:spec_decode_num_accepted_tokens_per_pos_total", position=str(j))
+                           for j in range(3))
+        check(per_position == accepted, f"accepted per position {per_position}, in all {accepted}")
+        check(metric(m, "vllm:generation_tokens_total") == 48, "generation tokens")
+        s.wait_idle()
+
+
+@case
 def serve_bad_flags(ctx):
     expect_input_error(ctx, ["serve", "--model", MODEL, "--port", "70000"], ["--port"])
     expect_input_error(ctx, ["serve", "--model", MODEL, "--max-waiting", "0"], ["--max-waiting"])
     expect_input_error(ctx, ["serve", "--model", MODEL, "--host", "not-an-ip"], ["--host"])
     expect_input_error(ctx, ["serve", "--model", MODEL, "--tokenizer", "/nonexistent/tokenizer.json"],
                        ["/nonexistent/tokenizer.json"])
-    expect_input_error(ctx, ["serve", "--model", MODEL, "--num-speculative-tokens", "2"],
-                       ["--num-speculative-tokens"])
+    expect_input_error(ctx, ["serve", "--model", MODEL, "--num-speculative-tokens", "2", "--self-draft-layers", "99"],
+                       ["--self-draft-layers"])
     p = ctx.ok("serve", "--help")
-    for flag in ("--port", "--host", "--api-key", "--max-waiting", "--shutdown-grace", "--max-num-seqs"):
+    for flag in ("--port", "--host", "--api-key", "--max-waiting", "--shutdown-grace", "--max-num-seqs",
+                 "--num-speculative-tokens", "--draft-model", "--self-draft-layers"):
         check(flag in p.stdout, f"--help lacks {flag}")
 
 

@@ -146,10 +146,14 @@ TEST_CASE("placement: the host-drift watch records the threads before each itera
   REQUIRE(int64_t(one->core_latency_ns().size()) == one_iterations);
   for (double ns : one->core_latency_ns()) CHECK(std::isnan(ns));  // one thread: nothing to measure against
   if (omp_get_num_procs() < 2) return;
-  const auto [two, two_iterations] = watched_run(HostDriftMode::Report, 2);
-  REQUIRE(int64_t(two->core_latency_ns().size()) == two_iterations);
-  int measured = 0;  // some may be NaN on a busy machine, not all
-  for (double ns : two->core_latency_ns()) measured += std::isfinite(ns);
+  // Some may be NaN on a busy machine, not all: a process on the other core
+  // can spoil every one of a run's few probes, so up to three runs.
+  int measured = 0;
+  for (int attempt = 0; attempt < 3 && measured == 0; ++attempt) {
+    const auto [two, two_iterations] = watched_run(HostDriftMode::Report, 2);
+    REQUIRE(int64_t(two->core_latency_ns().size()) == two_iterations);
+    for (double ns : two->core_latency_ns()) measured += std::isfinite(ns);
+  }
   CHECK(measured > 0);
 }
 
