@@ -4,6 +4,7 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <string>
 #include <thread>
@@ -124,6 +125,16 @@ int serve_command(int argc, const char* const* argv) {
     std::fprintf(stderr, "serve: warning: listening on %s without --api-key: anyone who reaches it can use it\n",
                  http.host.c_str());
 
+  // Once the engine has drained: let the last answers go out (for up to
+  // 5 s), then stop the io loop. The timer and the poll live here, past
+  // io.run(), so no handler has to own them.
+  boost::asio::steady_timer drain_timer(io);
+  std::chrono::steady_clock::time_point drain_deadline;
+  std::function<void()> stop_once_answered = [&] {
+    if (server.active_requests() == 0 || std::chrono::steady_clock::now() > drain_deadline) return io.stop();
+    drain_timer.expires_after(std::chrono::milliseconds(20));
+    drain_timer.async_wait([&](const boost::system::error_code&) { stop_once_answered(); });
+  };
   std::thread engine_thread([&] {
     try {
       engine.run();
@@ -131,17 +142,9 @@ int serve_command(int argc, const char* const* argv) {
       std::fprintf(stderr, "serve: engine failed: %s\n", e.what());
       std::_Exit(1);
     }
-    // Drained: let the last answers go out, then stop the io loop.
     boost::asio::post(io, [&] {
-      auto timer = std::make_shared<boost::asio::steady_timer>(io);
-      auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-      auto poll = std::make_shared<std::function<void()>>();
-      *poll = [&, timer, deadline, poll] {
-        if (server.active_requests() == 0 || std::chrono::steady_clock::now() > deadline) return io.stop();
-        timer->expires_after(std::chrono::milliseconds(20));
-        timer->async_wait([poll](const boost::system::error_code&) { (*poll)(); });
-      };
-      (*poll)();
+      drain_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      stop_once_answered();
     });
   });
 

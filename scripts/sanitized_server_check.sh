@@ -20,10 +20,10 @@ objects=()
 compile() {  # source -> object, in parallel two at a time
   local src="$1" obj="$out/obj/$(echo "${1#$root/}" | tr / _).o"
   objects+=("$obj")
-  if [ ! -e "$obj" ] || [ "$src" -nt "$obj" ]; then
-    ${CCACHE:-$(command -v ccache || true)} g++ "${flags[@]}" -c "$src" -o "$obj" &
-    while [ "$(jobs -rp | wc -l)" -ge 2 ]; do wait -n; done
-  fi
+  # Always compiled (a changed header must reach every object); ccache,
+  # where present, makes a rerun cheap.
+  ${CCACHE:-$(command -v ccache || true)} g++ "${flags[@]}" -c "$src" -o "$obj" &
+  while [ "$(jobs -rp | wc -l)" -ge 2 ]; do wait -n; done
 }
 for f in "$root"/engine/server/*.cpp "$root"/engine/text/*.cpp "$root"/engine/client/*.cpp; do compile "$f"; done
 lib_objects=("${objects[@]}")
@@ -31,8 +31,10 @@ objects=()
 for f in "$root"/tests/server/*.cpp "$root"/tests/catch_main.cpp; do compile "$f"; done
 test_objects=("${objects[@]}")
 wait
-libs=("$build/engine/libservesim_engine.a" "$build/engine/libservesim_serving.a" "$build/kernels/libservesim_kernels.a"
-      "$build/sim/libservesim_sim.a" -lfmt -lgomp -lpthread -ldl)
+# The release build's libraries, in a group (their order of dependence is
+# the linker's business); whatever they need from the system after them.
+libs=(-Wl,--start-group "$build"/engine/libservesim_*.a "$build/kernels/libservesim_kernels.a"
+      "$build/sim/libservesim_sim.a" -Wl,--end-group -lboost_program_options -lfmt -lgomp -lpthread -ldl)
 g++ -fsanitize=address,undefined "${test_objects[@]}" "${lib_objects[@]}" "${libs[@]}" -o "$out/servesim_server_tests"
 # The servesim binary: its own main and command objects from the release
 # build, the instrumented server, text and client objects ahead of the
@@ -51,6 +53,12 @@ echo "== serve CLI cases (sanitized servesim)"
 failed=0
 for script in serve_test.py serve_bench_test.py; do
   for c in $(/usr/bin/python3 "$root/tests/cli/$script" --list); do
+    if [ "$c" = serve_memory_flat_over_many_requests ]; then
+      # ASan holds freed memory in its quarantine (up to 256 MB) and maps
+      # shadow memory as it goes, so RSS grows by design; LeakSanitizer,
+      # at every server's exit, is the leak check here.
+      echo "skipped $c (RSS under ASan says nothing of leaks)"; continue
+    fi
     if /usr/bin/python3 "$root/tests/cli/$script" --servesim "$out/servesim" --source-dir "$root" \
          --work-dir "$out/work" "$c" > "$out/$c.log" 2>&1; then
       echo "passed $c"
