@@ -125,7 +125,8 @@ namespace {
 // The executor `setup` serves with: the decoder, or with a draft the
 // speculative executor over both, built and warmed up; `out` receives what
 // was built (device, weights, KV bytes, warm-ups; out.scheduler must be
-// resolved). The decoder holds `extra_kv_blocks` beyond the scheduler's.
+// resolved). The decoder holds `extra_kv_blocks` beyond the scheduler's;
+// `acceptance` says in the ready line how drafts are accepted.
 struct BuiltExecutor {
   std::unique_ptr<ServedExecutor> executor;
   const SpeculativeExecutor* speculative = nullptr;  // executor, when it speculates
@@ -133,7 +134,7 @@ struct BuiltExecutor {
 };
 
 BuiltExecutor build_executor(const EngineSetup& setup, const DeviceChoice& device, int64_t extra_kv_blocks,
-                             EngineOutput& out) {
+                             const std::string& acceptance, EngineOutput& out) {
   const std::optional<ModelSpec> draft_spec = draft_model_spec(setup.speculative, setup.model);
   const double tokens = double(out.scheduler.num_gpu_blocks) * out.scheduler.block_size;
   if (!device.cuda)
@@ -178,9 +179,8 @@ BuiltExecutor build_executor(const EngineSetup& setup, const DeviceChoice& devic
   out.draft_weight_bytes = draft->weight_bytes();
   out.draft_kv_cache_bytes = draft->kv_cache_bytes();
   out.kv_cache_bytes += out.draft_kv_cache_bytes;
-  built.draft_note = fmt::format(", draft {} ({:.0f} MB of weights, {}; {} acceptance)", draft->spec().name,
-                                 out.draft_weight_bytes / 1e6, out.draft_weights_source,
-                                 acceptance_mode(setup.speculative, setup.decoding.sampling.temperature));
+  built.draft_note = fmt::format(", draft {} ({:.0f} MB of weights, {}; {})", draft->spec().name,
+                                 out.draft_weight_bytes / 1e6, out.draft_weights_source, acceptance);
   SpeculativeExecutorOptions spec_options;
   spec_options.decoding = setup.decoding;
   spec_options.num_speculative_tokens = out.scheduler.num_speculative_tokens;
@@ -201,7 +201,9 @@ EngineOutput run_engine(const EngineSetup& setup, const Workload& workload, cons
 
   EngineOutput out;
   out.scheduler = engine_scheduler_config(setup);
-  BuiltExecutor built = build_executor(setup, device, options.extra_kv_blocks, out);
+  BuiltExecutor built = build_executor(
+      setup, device, options.extra_kv_blocks,
+      acceptance_mode(setup.speculative, setup.decoding.sampling.temperature) + " acceptance", out);
   Executor& served = *built.executor;
   if (options.on_ready)
     options.on_ready(fmt::format("{} on {}: {:.0f} MB of weights ({}){}, {:.0f} MB of KV cache ({} blocks); {}", setup.model.name,
@@ -235,7 +237,12 @@ ServedDecoder build_served_decoder(const EngineSetup& setup) {
   out.scheduler = engine_scheduler_config(setup);
   EngineOutput& d = out.description;
   d.scheduler = out.scheduler;
-  BuiltExecutor built = build_executor(setup, device, 0, d);
+  // Each request samples at its own temperature, which decides its rule.
+  BuiltExecutor built = build_executor(setup, device, 0,
+                                       setup.speculative.acceptance_rate
+                                           ? "controlled acceptance"
+                                           : "exact acceptance at temperature 0, rejection sampling above",
+                                       d);
   out.ready_line = fmt::format("{} on {}: {:.0f} MB of weights ({}){}, {:.0f} MB of KV cache ({} blocks of {} tokens)",
                                setup.model.name, d.device, d.weight_bytes / 1e6, d.weights_source, built.draft_note,
                                d.kv_cache_bytes / 1e6, out.scheduler.num_gpu_blocks, out.scheduler.block_size);
