@@ -44,15 +44,10 @@ void DecoderExecutor::execute(const IterationPlan& plan, IterationResult& result
     const int64_t end = int64_t(item.num_cached_tokens) + item.num_query_tokens;
     // Positions not seen before are prompt positions: the scheduler only
     // asks for a generated token's position after we have sampled it.
-    if (const auto in = inputs_.find(item.request_id); in != inputs_.end()) {
-      const std::vector<int32_t>& prompt = in->second.prompt;
-      if (end > int64_t(std::max(tokens.size(), prompt.size())))
-        throw std::logic_error(fmt::format("request {}: position {} is past its prompt of {} tokens",
-                                           item.request_id, end - 1, prompt.size()));
-      while (int64_t(tokens.size()) < end) tokens.push_back(prompt[tokens.size()]);
-    } else {
+    if (const auto in = inputs_.find(item.request_id); in != inputs_.end())
+      extend_with_prompt(in->second, item.request_id, end, tokens);
+    else
       prompt_tokens_.fill(item, tokens, end);
-    }
     layout_.add_sequence(std::span<const int32_t>(tokens).subspan(size_t(item.num_cached_tokens),
                                                                    size_t(item.num_query_tokens)),
                          item.num_cached_tokens, item.block_table, item.samples);

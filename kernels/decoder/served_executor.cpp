@@ -15,6 +15,13 @@ void check_request_input(const RequestInput& input, int64_t vocab, const char* w
   input.sampling.validate();
 }
 
+void extend_with_prompt(const RequestInput& input, int64_t request_id, int64_t end, std::vector<int32_t>& tokens) {
+  if (end > int64_t(std::max(tokens.size(), input.prompt.size())))
+    throw std::logic_error(fmt::format("request {}: position {} is past its prompt of {} tokens", request_id, end - 1,
+                                       input.prompt.size()));
+  while (int64_t(tokens.size()) < end) tokens.push_back(input.prompt[tokens.size()]);
+}
+
 bool request_stops(const RequestInput* input, bool honor_eos, int64_t eos_token_id, int32_t token, size_t generated) {
   if (!input) return honor_eos && token == eos_token_id;
   if (generated < size_t(input->min_tokens)) return false;

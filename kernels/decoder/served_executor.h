@@ -32,6 +32,13 @@ struct RequestInput {
 // id outside [0, vocab) or invalid sampling settings.
 void check_request_input(const RequestInput& input, int64_t vocab, const char* who);
 
+// Extends `tokens` (a request's prompt and generated tokens so far) with
+// the prompt's ids up to position `end` (exclusive) for a prefill reaching
+// it: positions not seen before are prompt positions, since the scheduler
+// asks for a generated token's position only after it was emitted. Throws
+// std::logic_error, naming `request_id`, for a position past the prompt.
+void extend_with_prompt(const RequestInput& input, int64_t request_id, int64_t end, std::vector<int32_t>& tokens);
+
 // The request id a request's random draws are keyed by: 0 for a seeded
 // request (its draws then depend on its seed and position only), else its id.
 inline int64_t draw_request_id(const RequestInput* input, int64_t request_id) {

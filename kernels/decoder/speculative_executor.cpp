@@ -1,6 +1,5 @@
 #include "kernels/decoder/speculative_executor.h"
 
-#include <algorithm>
 #include <chrono>
 #include <stdexcept>
 
@@ -147,15 +146,8 @@ void SpeculativeExecutor::execute(const IterationPlan& plan, IterationResult& re
       // Positions not seen before are prompt positions: the scheduler only
       // asks for a generated token's position after it was emitted.
       const int64_t end = int64_t(item.num_cached_tokens) + item.num_query_tokens;
-      if (in != inputs_.end()) {
-        const std::vector<int32_t>& prompt = in->second.prompt;
-        if (end > int64_t(std::max(live.tokens.size(), prompt.size())))
-          throw std::logic_error(fmt::format("request {}: position {} is past its prompt of {} tokens",
-                                             item.request_id, end - 1, prompt.size()));
-        while (int64_t(live.tokens.size()) < end) live.tokens.push_back(prompt[live.tokens.size()]);
-      } else {
-        prompt_tokens_.fill(item, live.tokens, end);
-      }
+      if (in != inputs_.end()) extend_with_prompt(in->second, item.request_id, end, live.tokens);
+      else prompt_tokens_.fill(item, live.tokens, end);
       draft_cached_[i] = item.num_cached_tokens;  // the draft prefills the same chunk
       continue;
     }
