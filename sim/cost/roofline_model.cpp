@@ -51,6 +51,7 @@ RooflineModel::RooflineModel(const ModelSpec& model, const HardwareSpec& hardwar
   flops_per_s_ = hardware_.bf16_flops * options_.compute_efficiency;
   bytes_per_s_ = hardware_.memory_bandwidth * options_.memory_efficiency;
   gemm_peak_ = hardware_.gemm_flops(model_.quantization.weights);  // InputError: the device lacks the dtype
+  dtype_bytes_ = model_.dtype_bytes();  // InputError: an unknown torch_dtype
 }
 
 double RooflineModel::op_time(double flops, double bytes) const {
@@ -68,7 +69,7 @@ RooflineBreakdown RooflineModel::breakdown(const IterationPlan& plan) const {
   const double d = double(model_.hidden_size), I = double(rank_.intermediate);
   const double H = double(rank_.heads), Hkv = double(rank_.kv_heads);
   const double dh = double(model_.head_dim), V = double(model_.vocab_size), V_rank = double(rank_.vocab);
-  const double L = double(model_.num_hidden_layers), b = double(model_.dtype_bytes());
+  const double L = double(model_.num_hidden_layers), b = double(dtype_bytes_);
   const double T = double(plan.num_tokens());           // query tokens in the batch
   const double S = double(plan.num_sample_rows);  // rows that go through the LM head
   const double q_out = H * dh, kv_out = Hkv * dh, qkv_out = q_out + 2 * kv_out;
@@ -77,7 +78,7 @@ RooflineBreakdown RooflineModel::breakdown(const IterationPlan& plan) const {
   // beside the quantized ones): the same sums in another order would move
   // every committed prediction in its last bits.
   const Quantization& quant = model_.quantization;
-  const int checkpoint_bytes = model_.dtype_bytes();
+  const int checkpoint_bytes = dtype_bytes_;
   const double a_in = quant.activation_bytes(checkpoint_bytes);
   const RelativeEfficiency gemm_eff = quantized_gemm_efficiency(quant.weights);
 

@@ -87,6 +87,9 @@ class RooflineModel final : public CostModel {
   double flops_per_s_;  // peak x compute efficiency
   double bytes_per_s_;  // bandwidth x memory efficiency
   double gemm_peak_;    // the GEMMs' dense peak in their compute dtype
+  // Bytes of the checkpoint's dtype, read once: ModelSpec::dtype_bytes
+  // compares strings, too dear for every iteration.
+  int dtype_bytes_;
 };
 
 }  // namespace servesim
