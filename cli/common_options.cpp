@@ -103,7 +103,10 @@ po::options_description roofline_options() {
       ("memory-efficiency", po::value<double>()->default_value(0.85, "0.85"),
        "fraction of peak bandwidth that memory-bound kernels reach")
       ("iteration-overhead", po::value<std::string>()->default_value("200us"),
-       "fixed host-side cost per iteration (e.g. 200us, 0.5ms)");
+       "fixed host-side cost per iteration (e.g. 200us, 0.5ms)")
+      ("sequence-overhead", po::value<std::string>()->default_value("0us"),
+       "host-side cost per sequence that samples a token in an iteration (sampler, detokenizing, stop checks; "
+       "e.g. 50us); 0: not modelled");
   return o;
 }
 
@@ -303,6 +306,7 @@ RooflineOptions roofline_from(const po::variables_map& vm) {
   r.compute_efficiency = vm["compute-efficiency"].as<double>();
   r.memory_efficiency = vm["memory-efficiency"].as<double>();
   r.iteration_overhead_s = parse_duration_s(vm["iteration-overhead"].as<std::string>(), "--iteration-overhead");
+  r.sequence_overhead_s = parse_duration_s(vm["sequence-overhead"].as<std::string>(), "--sequence-overhead");
   r.validate();
   return r;
 }

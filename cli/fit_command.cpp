@@ -53,7 +53,8 @@ void errors_lines(const char* caption, const std::vector<FitRunErrors>& runs, st
 nlohmann::json roofline_json(const RooflineOptions& r) {
   return {{"compute_efficiency", r.compute_efficiency},
           {"memory_efficiency", r.memory_efficiency},
-          {"iteration_overhead_s", r.iteration_overhead_s}};
+          {"iteration_overhead_s", r.iteration_overhead_s},
+          {"sequence_overhead_s", r.sequence_overhead_s}};
 }
 
 nlohmann::json runs_json(const std::vector<FitRunErrors>& runs) {
@@ -78,8 +79,9 @@ int fit_command(int argc, const char* const* argv) {
       ("held-out", po::value<std::vector<std::string>>()->composing(),
        "repeatable: a run not fitted, whose error under the fitted costs is reported (another load)")
       ("fit-parameters", po::value<std::string>()->default_value("compute-efficiency,memory-efficiency,iteration-overhead"),
-       "which roofline parameters to fit (comma-separated); the others keep their flag (or --cost-file) values, "
-       "and those values start the search")
+       "which roofline parameters to fit (comma-separated; also sequence-overhead, the host cost per sampled "
+       "sequence per iteration, for engines whose sampler and bookkeeping grow with the batch); the others keep "
+       "their flag (or --cost-file) values, and those values start the search")
       ("max-evaluations", po::value<int>()->default_value(3000),
        "at most this many candidate simulations of every fitted run (>= 10)");
   po::options_description output("Output", kHelpWidth);
@@ -134,9 +136,9 @@ int fit_command(int argc, const char* const* argv) {
     options.progress = [terminal](int n, double f, const RooflineOptions& r) {
       if (n % 25 != 0 && n != 1) return;
       std::fprintf(stderr, "%sfit: %d simulations, objective %.3g (RMS error %.2f%%) at compute %.4f, memory %.4f, "
-                   "overhead %.1f us%s",
+                   "overhead %.1f us, per sequence %.1f us%s",
                    terminal ? "\r" : "", n, f, std::sqrt(f) * 100, r.compute_efficiency, r.memory_efficiency,
-                   r.iteration_overhead_s * 1e6, terminal ? "" : "\n");
+                   r.iteration_overhead_s * 1e6, r.sequence_overhead_s * 1e6, terminal ? "" : "\n");
       std::fflush(stderr);
     };
   }
@@ -196,6 +198,9 @@ int fit_command(int argc, const char* const* argv) {
                    fit.fitted.compute_efficiency, fit.start.compute_efficiency, fit.fitted.memory_efficiency,
                    fit.start.memory_efficiency, fit.fitted.iteration_overhead_s * 1e6,
                    fit.start.iteration_overhead_s * 1e6);
+  if (fit.fitted.sequence_overhead_s > 0 || fit.start.sequence_overhead_s > 0)
+    t += fmt::format("             sequence overhead {:.1f} us (from {:.1f})\n", fit.fitted.sequence_overhead_s * 1e6,
+                     fit.start.sequence_overhead_s * 1e6);
   t += fmt::format("  objective  RMS relative error {:.2f}% (from {:.2f}%)\n", std::sqrt(fit.objective) * 100,
                    std::sqrt(fit.start_objective) * 100);
   errors_lines("fitted runs, predicted/measured", fit.runs, t);

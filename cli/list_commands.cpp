@@ -5,6 +5,8 @@
 
 #include "cli/commands.h"
 #include "cli/common_options.h"
+#include "sim/config_json.h"
+#include "sim/errors.h"
 #include "sim/hardware_spec.h"
 #include "sim/interconnect.h"
 #include "sim/model_spec.h"
@@ -14,10 +16,17 @@ namespace servesim::cli {
 int models_command(int argc, const char* const* argv) {
   po::options_description o("servesim models: list the built-in model presets\n\nOptions");
   o.add_options()("help,h", "show this help")(
-      "model", po::value<std::string>(), "show one model (a preset or a config.json path) instead");
+      "model", po::value<std::string>(), "show one model (a preset or a config.json path) instead")(
+      "config-json", "with --model: print the model as a Hugging Face config.json (what --model FILE reads back; "
+                     "tools/llamacpp/write_gguf.py writes a GGUF of its shape)");
   const auto vm = parse_or_throw(argc, argv, o);
   if (vm.count("help")) {
     std::cout << o;
+    return 0;
+  }
+  if (vm.count("config-json")) {
+    if (!vm.count("model")) throw InputError("--config-json needs --model NAME: the model to print");
+    std::cout << hf_config_json(resolve_model(vm["model"].as<std::string>())).dump(2) << "\n";
     return 0;
   }
   std::vector<ModelSpec> models = model_presets();

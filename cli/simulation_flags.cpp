@@ -92,8 +92,8 @@ void add_simulation_options(po::options_description& all) {
   po::options_description cost_file("Fitted roofline (docs/validation.md)", kHelpWidth);
   cost_file.add_options()
       ("cost-file", po::value<std::string>(),
-       "a cost file from `servesim fit` (JSON): its compute_efficiency, memory_efficiency and "
-       "iteration_overhead_s replace the roofline defaults (a roofline flag may not also set one "
+       "a cost file from `servesim fit` (JSON): its compute_efficiency, memory_efficiency, "
+       "iteration_overhead_s and sequence_overhead_s replace the roofline defaults (a roofline flag may not also set one "
        "the file sets); refused with --profile, and when the file was fitted on other --hardware");
   all.add(workload_options()).add(scheduler_options()).add(speculative_options()).add(parallel_options())
       .add(roofline_options()).add(cost_file).add(quantization_options()).add(slo_options());
@@ -106,7 +106,7 @@ SimulationFlags simulation_from(const po::variables_map& vm) {
   std::string profile_path;
   std::optional<DeviceProfile> profile;
   if (use_profile) {
-    for (const char* flag : {"compute-efficiency", "memory-efficiency", "iteration-overhead"})
+    for (const char* flag : {"compute-efficiency", "memory-efficiency", "iteration-overhead", "sequence-overhead"})
       if (given(vm, flag))
         throw InputError(fmt::format("--{} does not apply with --profile: the profile's measured tables and "
                                      "ceilings set the costs",
@@ -161,7 +161,8 @@ SimulationFlags simulation_from(const po::variables_map& vm) {
     const CostFile file = read_cost_file(vm["cost-file"].as<std::string>());
     for (auto [flag, set] : {std::pair{"compute-efficiency", file.compute_efficiency.has_value()},
                              std::pair{"memory-efficiency", file.memory_efficiency.has_value()},
-                             std::pair{"iteration-overhead", file.iteration_overhead_s.has_value()}})
+                             std::pair{"iteration-overhead", file.iteration_overhead_s.has_value()},
+                             std::pair{"sequence-overhead", file.sequence_overhead_s.has_value()}})
       if (set && given(vm, flag))
         throw InputError(fmt::format("--{} and --cost-file {} both set it: give one", flag, file.path));
     // Efficiencies are fractions of one device's datasheet peaks.

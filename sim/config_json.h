@@ -14,6 +14,9 @@
 namespace servesim {
 
 nlohmann::json model_to_json(const ModelSpec& model);
+// The model as a Hugging Face config.json that resolve_model() reads back
+// (architectures, model_type, the shape, rope_theta, rms_norm_eps, eos).
+nlohmann::json hf_config_json(const ModelSpec& model);
 nlohmann::json scheduler_to_json(const SchedulerConfig& config, double gpu_memory_utilization);
 nlohmann::json workload_to_json(const WorkloadSpec& workload);
 

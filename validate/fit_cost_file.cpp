@@ -38,16 +38,16 @@ CostFile read_cost_file(const std::string& path) {
     if (key == "compute_efficiency" || key == "memory_efficiency") {
       if (!(v > 0 && v <= 1)) throw InputError(fmt::format("{}: roofline.{} must be in (0, 1] (got {})", path, key, v));
       (key == "compute_efficiency" ? f.compute_efficiency : f.memory_efficiency) = v;
-    } else if (key == "iteration_overhead_s") {
-      if (!(v >= 0)) throw InputError(fmt::format("{}: roofline.iteration_overhead_s must be >= 0 (got {})", path, v));
-      f.iteration_overhead_s = v;
+    } else if (key == "iteration_overhead_s" || key == "sequence_overhead_s") {
+      if (!(v >= 0)) throw InputError(fmt::format("{}: roofline.{} must be >= 0 (got {})", path, key, v));
+      (key == "iteration_overhead_s" ? f.iteration_overhead_s : f.sequence_overhead_s) = v;
     } else {
       throw InputError(fmt::format("{}: roofline.{}: unknown field (compute_efficiency, memory_efficiency, "
-                                   "iteration_overhead_s)",
+                                   "iteration_overhead_s, sequence_overhead_s)",
                                    path, key));
     }
   }
-  if (!f.compute_efficiency && !f.memory_efficiency && !f.iteration_overhead_s)
+  if (!f.compute_efficiency && !f.memory_efficiency && !f.iteration_overhead_s && !f.sequence_overhead_s)
     throw InputError(fmt::format("{}: roofline holds no value", path));
   if (j.contains("model") && j["model"].is_string()) f.model = j["model"].get<std::string>();
   if (j.contains("hardware") && j["hardware"].is_string()) f.hardware = j["hardware"].get<std::string>();
@@ -59,6 +59,7 @@ RooflineOptions apply_cost_file(const CostFile& file, RooflineOptions options) {
   if (file.compute_efficiency) options.compute_efficiency = *file.compute_efficiency;
   if (file.memory_efficiency) options.memory_efficiency = *file.memory_efficiency;
   if (file.iteration_overhead_s) options.iteration_overhead_s = *file.iteration_overhead_s;
+  if (file.sequence_overhead_s) options.sequence_overhead_s = *file.sequence_overhead_s;
   return options;
 }
 
@@ -70,6 +71,7 @@ nlohmann::json cost_file_json(const RooflineOptions& fitted, const std::string& 
   j["roofline"] = {{"compute_efficiency", fitted.compute_efficiency},
                    {"memory_efficiency", fitted.memory_efficiency},
                    {"iteration_overhead_s", fitted.iteration_overhead_s}};
+  if (fitted.sequence_overhead_s > 0) j["roofline"]["sequence_overhead_s"] = fitted.sequence_overhead_s;
   j["model"] = model;
   j["hardware"] = hardware;
   if (!fit.is_null()) j["fit"] = fit;

@@ -23,6 +23,7 @@ Bounds bounds_of(FitParameter p) {
     case FitParameter::ComputeEfficiency:
     case FitParameter::MemoryEfficiency: return {0.01, 1.0};
     case FitParameter::IterationOverhead: return {1e-6, 0.1};
+    case FitParameter::SequenceOverhead: return {1e-7, 0.1};
   }
   return {0, 0};
 }
@@ -32,6 +33,7 @@ double& field(RooflineOptions& r, FitParameter p) {
     case FitParameter::ComputeEfficiency: return r.compute_efficiency;
     case FitParameter::MemoryEfficiency: return r.memory_efficiency;
     case FitParameter::IterationOverhead: return r.iteration_overhead_s;
+    case FitParameter::SequenceOverhead: return r.sequence_overhead_s;
   }
   return r.compute_efficiency;
 }
@@ -68,8 +70,13 @@ class Search {
     Point x;
     RooflineOptions r = setup_.cost.roofline;
     for (size_t i = 0; i < options_.parameters.size(); ++i) {
-      const Bounds b = bounds_of(options_.parameters[i]);
-      x.push_back(std::log(std::clamp(field(r, options_.parameters[i]), b.lo, b.hi)));
+      const FitParameter p = options_.parameters[i];
+      const Bounds b = bounds_of(p);
+      // An unmodelled (0) per-sequence overhead starts at 10 us: its lower
+      // bound is too many log steps away from the milliseconds a host-bound
+      // engine spends.
+      const double v = p == FitParameter::SequenceOverhead && field(r, p) == 0 ? 1e-5 : field(r, p);
+      x.push_back(std::log(std::clamp(v, b.lo, b.hi)));
     }
     return x;
   }
@@ -187,8 +194,9 @@ FitParameter parse_fit_parameter(const std::string& name) {
   if (name == "compute-efficiency") return FitParameter::ComputeEfficiency;
   if (name == "memory-efficiency") return FitParameter::MemoryEfficiency;
   if (name == "iteration-overhead") return FitParameter::IterationOverhead;
+  if (name == "sequence-overhead") return FitParameter::SequenceOverhead;
   throw InputError(fmt::format("--fit-parameters: unknown parameter '{}' (compute-efficiency, memory-efficiency, "
-                               "iteration-overhead)",
+                               "iteration-overhead, sequence-overhead)",
                                name));
 }
 
@@ -197,6 +205,7 @@ const char* to_string(FitParameter p) {
     case FitParameter::ComputeEfficiency: return "compute-efficiency";
     case FitParameter::MemoryEfficiency: return "memory-efficiency";
     case FitParameter::IterationOverhead: return "iteration-overhead";
+    case FitParameter::SequenceOverhead: return "sequence-overhead";
   }
   return "?";
 }
@@ -258,39 +267,42 @@ FitResult fit_roofline(const SimulationSetup& setup, std::span<const MeasuredRun
   double f = search.value(x);
   result.start_objective = f;
   const size_t d = options.parameters.size();
-  std::vector<size_t> all(d), efficiencies;
+  std::vector<size_t> all(d);
   std::iota(all.begin(), all.end(), 0);
-  std::optional<size_t> overhead;
+  std::optional<size_t> overhead, sequence;
   for (size_t i = 0; i < d; ++i) {
     if (options.parameters[i] == FitParameter::IterationOverhead) overhead = i;
-    else efficiencies.push_back(i);
+    if (options.parameters[i] == FitParameter::SequenceOverhead) sequence = i;
   }
   auto keep = [&](const std::pair<Point, double>& candidate) {
     if (candidate.second < f) x = candidate.first, f = candidate.second;
   };
-  // The best efficiencies at overhead `log_o` (warm-started from the best
-  // point so far), and their objective.
-  auto at_overhead = [&](double log_o, double step, int budget) {
+  // Coordinate `i` at `log_v` with the best other parameters there
+  // (warm-started from the best point so far), and their objective.
+  auto at = [&](size_t i, double log_v, double step, int budget) {
     Point y = x;
-    y[*overhead] = log_o;
+    y[i] = log_v;
     const double fy = search.value(y);
-    return efficiencies.empty() ? std::pair{y, fy} : search.descend(y, fy, step, efficiencies, budget);
+    std::vector<size_t> others;
+    for (size_t k : all)
+      if (k != i) others.push_back(k);
+    return others.empty() ? std::pair{y, fy} : search.descend(y, fy, step, others, budget);
   };
-  if (overhead) {
-    // The overhead trades against the memory efficiency along a long valley
-    // (a decode step is weight bytes / (bandwidth x efficiency) + overhead)
-    // whose floor is rugged (a small change of the costs moves the iteration
-    // boundaries past arrivals and flips scheduling decisions), where a
-    // simplex over all parameters stalls. So the overhead is searched on
-    // its own -- a log grid from 10 us to 20 ms, then golden section in the
-    // best grid point's bracket -- each point with its best efficiencies.
-    const double lo = std::log(1e-5), hi = std::log(2e-2);
+  // An overhead trades against the memory efficiency along a long valley (a
+  // decode step is weight bytes / (bandwidth x efficiency) + overheads)
+  // whose floor is rugged (a small change of the costs moves the iteration
+  // boundaries past arrivals and flips scheduling decisions), where a
+  // simplex over all parameters stalls. So each overhead is searched on its
+  // own -- a log grid over [lo, 20 ms], then golden section in the best grid
+  // point's bracket -- each point with its best other parameters.
+  auto search_alone = [&](size_t i, double lo_s) {
+    const double lo = std::log(lo_s), hi = std::log(2e-2);
     const int grid = 12;
     std::vector<double> grid_f(grid);
     std::vector<double> grid_x(grid);
     for (int k = 0; k < grid && !search.out_of_budget(); ++k) {
       grid_x[k] = lo + (hi - lo) * k / (grid - 1);
-      const auto candidate = at_overhead(grid_x[k], 0.3, 40);
+      const auto candidate = at(i, grid_x[k], 0.3, 40);
       grid_f[k] = candidate.second;
       keep(candidate);
     }
@@ -298,25 +310,28 @@ FitResult fit_roofline(const SimulationSetup& setup, std::span<const MeasuredRun
     double a = grid_x[std::max(best - 1, 0)], b = grid_x[std::min(best + 1, grid - 1)];
     const double ratio = (std::sqrt(5.0) - 1) / 2;
     double c = b - ratio * (b - a), e = a + ratio * (b - a);
-    auto fc = at_overhead(c, 0.1, 40), fe = at_overhead(e, 0.1, 40);
+    auto fc = at(i, c, 0.1, 40), fe = at(i, e, 0.1, 40);
     keep(fc), keep(fe);
     for (int it = 0; it < 10 && !search.out_of_budget() && b - a > 0.01; ++it) {
       if (fc.second < fe.second) {
         b = e, e = c, fe = fc;
         c = b - ratio * (b - a);
-        fc = at_overhead(c, 0.05, 40);
+        fc = at(i, c, 0.05, 40);
         keep(fc);
       } else {
         a = c, c = e, fc = fe;
         e = a + ratio * (b - a);
-        fe = at_overhead(e, 0.05, 40);
+        fe = at(i, e, 0.05, 40);
         keep(fe);
       }
     }
-  }
+  };
+  if (overhead) search_alone(*overhead, 1e-5);
+  if (sequence) search_alone(*sequence, 1e-6);
   // A simplex over every parameter from the best point, restarted with
   // small steps while that improves it.
-  keep(search.descend(x, f, overhead ? 0.05 : 0.3, all, overhead ? 150 : options.max_evaluations));
+  const bool searched = overhead || sequence;
+  keep(search.descend(x, f, searched ? 0.05 : 0.3, all, searched ? 150 : options.max_evaluations));
   for (int restart = 0; restart < 4 && !search.out_of_budget(); ++restart) {
     const double before = f;
     keep(search.descend(x, f, 0.02, all, 100));

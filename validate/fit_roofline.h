@@ -14,19 +14,20 @@
 // stalling on a kink.
 //
 // Search (each point's parameters as logarithms, kept in bounds: efficiencies
-// in [0.01, 1], overhead in [1 us, 100 ms]): the overhead trades against the
-// memory efficiency along a long valley whose floor is rugged (a small change
-// of the costs moves iteration boundaries past arrivals and flips scheduling
-// decisions), where one simplex over every parameter stalls. So, when the
-// overhead is fitted, it is searched alone -- a log grid of 12 points from
-// 10 us to 20 ms, then golden section in the best point's bracket -- each
-// point with the efficiencies that fit it best (Nelder-Mead, Nelder & Mead
-// 1965, coefficients 1, 2, 1/2, 1/2, warm-started). Then a Nelder-Mead over
-// every fitted parameter polishes the best point, restarted with small steps
-// while that improves it. A descent stops when its simplex's objective
-// values agree within 1e-10 and its points within 1e-5 in log, or at its
-// budget; the whole search after max_evaluations. The result is the best
-// point evaluated.
+// in [0.01, 1], overhead in [1 us, 100 ms], per-sequence overhead in [0.1 us,
+// 100 ms]): the overhead trades against the memory efficiency along a long
+// valley whose floor is rugged (a small change of the costs moves iteration
+// boundaries past arrivals and flips scheduling decisions), where one simplex
+// over every parameter stalls. So, when the overhead is fitted, it is searched
+// alone -- a log grid of 12 points from 10 us to 20 ms, then golden section in
+// the best point's bracket -- each point with the other parameters that fit it
+// best (Nelder-Mead, Nelder & Mead 1965, coefficients 1, 2, 1/2, 1/2,
+// warm-started); then, when named, the per-sequence overhead the same way (its
+// grid from 1 us). Then a Nelder-Mead over every fitted parameter polishes the
+// best point, restarted with small steps while that improves it. A descent
+// stops when its simplex's objective values agree within 1e-10 and its points
+// within 1e-5 in log, or at its budget; the whole search after max_evaluations.
+// The result is the best point evaluated.
 #pragma once
 
 #include <functional>
@@ -41,8 +42,11 @@
 
 namespace servesim {
 
-enum class FitParameter { ComputeEfficiency, MemoryEfficiency, IterationOverhead };
-// "compute-efficiency", "memory-efficiency", "iteration-overhead" (InputError otherwise).
+// SequenceOverhead is fitted only when named (not in the default set); it is
+// searched with the efficiencies, in [0.1 us, 100 ms].
+enum class FitParameter { ComputeEfficiency, MemoryEfficiency, IterationOverhead, SequenceOverhead };
+// "compute-efficiency", "memory-efficiency", "iteration-overhead", "sequence-overhead"
+// (InputError otherwise).
 FitParameter parse_fit_parameter(const std::string& name);
 const char* to_string(FitParameter p);
 

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/decoder/safetensors.h"
+#include "sim/config_json.h"
 #include "sim/draft_model.h"
 #include "sim/errors.h"
 
@@ -35,28 +36,6 @@ std::vector<float> uniform(uint64_t seed, const std::string& name, int64_t n, fl
   std::vector<float> v(static_cast<size_t>(n));
   for (float& x : v) x = center + half_width * rng.symmetric();
   return v;
-}
-
-nlohmann::json config_json(const ModelSpec& m) {
-  return {{"architectures", {m.architecture == "qwen2" ? "Qwen2ForCausalLM"
-                             : m.architecture == "mistral" ? "MistralForCausalLM"
-                                                           : "LlamaForCausalLM"}},
-          {"model_type", m.architecture},
-          {"hidden_size", m.hidden_size},
-          {"intermediate_size", m.intermediate_size},
-          {"num_hidden_layers", m.num_hidden_layers},
-          {"num_attention_heads", m.num_attention_heads},
-          {"num_key_value_heads", m.num_key_value_heads},
-          {"head_dim", m.head_dim},
-          {"vocab_size", m.vocab_size},
-          {"tie_word_embeddings", m.tie_word_embeddings},
-          {"attention_bias", m.attention_bias},
-          {"max_position_embeddings", m.max_position_embeddings},
-          {"torch_dtype", m.torch_dtype},
-          {"rope_theta", m.rope_theta},
-          {"rms_norm_eps", m.rms_norm_eps},
-          {"eos_token_id", m.eos_token_id},
-          {"hidden_act", "silu"}};
 }
 
 }  // namespace
@@ -278,7 +257,7 @@ void save_safetensors_weights(const HostWeights& w, const std::string& dir, cons
 
   std::filesystem::create_directories(dir);
   write_safetensors((std::filesystem::path(dir) / "model.safetensors").string(), t, type);
-  nlohmann::json config = config_json(m);
+  nlohmann::json config = hf_config_json(m);
   config["torch_dtype"] = type == SafetensorsDtype::F32 ? "float32" : type == SafetensorsDtype::BF16 ? "bfloat16" : "float16";
   std::ofstream((std::filesystem::path(dir) / "config.json").string()) << config.dump(2) << "\n";
 }

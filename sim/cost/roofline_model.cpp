@@ -16,6 +16,8 @@ void RooflineOptions::validate() const {
     throw InputError(fmt::format("--memory-efficiency must be in (0, 1] (got {})", memory_efficiency));
   if (!(iteration_overhead_s >= 0) || !std::isfinite(iteration_overhead_s))
     throw InputError(fmt::format("--iteration-overhead must be >= 0 (got {})", iteration_overhead_s));
+  if (!(sequence_overhead_s >= 0) || !std::isfinite(sequence_overhead_s))
+    throw InputError(fmt::format("--sequence-overhead must be >= 0 (got {})", sequence_overhead_s));
 }
 
 // Defaults and their sources: docs/quantization.md.
@@ -150,6 +152,7 @@ RooflineBreakdown RooflineModel::breakdown(const IterationPlan& plan) const {
                   op_time(0, 4.0 * S * V);
   }
   out.overhead = options_.iteration_overhead_s;
+  if (options_.sequence_overhead_s > 0) out.overhead += S * options_.sequence_overhead_s;
   return out;
 }
 
@@ -158,6 +161,7 @@ nlohmann::json RooflineModel::describe() const {
                       {"compute_efficiency", options_.compute_efficiency},
                       {"memory_efficiency", options_.memory_efficiency},
                       {"iteration_overhead_s", options_.iteration_overhead_s}};
+  if (options_.sequence_overhead_s > 0) j["sequence_overhead_s"] = options_.sequence_overhead_s;
   const Quantization& q = model_.quantization;
   if (!q.is_default()) {
     const RelativeEfficiency g = quantized_gemm_efficiency(q.weights);

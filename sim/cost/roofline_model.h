@@ -42,6 +42,12 @@ struct RooflineOptions {
   // an assumption for a CUDA-graph engine, to be replaced by a calibrated
   // profile.
   double iteration_overhead_s = 200e-6;
+  // Host-side cost per sequence that samples a token in an iteration: the
+  // sampler, detokenizing, stop checks and the engine's per-request
+  // bookkeeping, which grow with the batch (Vidur's CPU-overhead predictors
+  // are functions of the batch size for this reason). 0 (not modelled)
+  // unless given or fitted (`fit --fit-parameters ...,sequence-overhead`).
+  double sequence_overhead_s = 0;
 
   void validate() const;  // InputError naming the flag
 };

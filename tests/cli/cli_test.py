@@ -182,6 +182,24 @@ def models_from_config(ctx):
 
 
 @case
+def models_config_json_round_trips(ctx):
+    # Every preset printed as a config.json reads back as the same model:
+    # the same row of the table but for the name (the file's path).
+    os.makedirs(ctx.work_dir, exist_ok=True)
+    for name in MODEL_PRESETS:
+        p = ctx.ok("models", "--model", name, "--config-json")
+        config = json.loads(p.stdout)
+        check(config["model_type"] in ("llama", "mistral", "qwen2") and config["vocab_size"] > 0, p.stdout)
+        path = ctx.path(f"{name}.json")
+        with open(path, "w") as f:
+            f.write(p.stdout)
+        row = lambda out: out.splitlines()[1].split()[1:]  # noqa: E731 (the header, then the model)
+        check(row(ctx.ok("models", "--model", path).stdout) == row(ctx.ok("models", "--model", name).stdout),
+              f"{name}: the config.json reads back as another model")
+    expect_input_error(ctx, ["models", "--config-json"], ["--config-json", "--model"])
+
+
+@case
 def hardware(ctx):
     p = ctx.ok("hardware", "--sources")
     for name in HARDWARE_PRESETS:

@@ -228,6 +228,14 @@ TEST_CASE("fit: the cost file round-trips and is checked field by field") {
   CHECK(back.compute_efficiency == 0.5);
   CHECK(back.memory_efficiency == 0.75);
   CHECK(back.iteration_overhead_s == 3e-4);
+  CHECK(back.sequence_overhead_s == 0);
+  CHECK_FALSE(f.sequence_overhead_s.has_value());  // not written while unmodelled
+  r.sequence_overhead_s = 2e-5;
+  write_cost_file(path, cost_file_json(r, "llama-3.1-8b", "h200", {}));
+  CHECK(apply_cost_file(read_cost_file(path), RooflineOptions{}).sequence_overhead_s == 2e-5);
+  const std::string negative =
+      dir.file("n.json", R"({"servesim_cost_file": 1, "roofline": {"sequence_overhead_s": -1}})");
+  require_input_error([&] { read_cost_file(negative); }, {"n.json", "sequence_overhead_s", ">= 0"});
   const std::string partial = dir.file("p.json", R"({"servesim_cost_file": 1, "roofline": {"memory_efficiency": 0.6}})");
   const RooflineOptions p = apply_cost_file(read_cost_file(partial), RooflineOptions{});
   CHECK(p.memory_efficiency == 0.6);
@@ -240,15 +248,11 @@ TEST_CASE("fit: the cost file round-trips and is checked field by field") {
   require_input_error([&] { read_cost_file(other); }, {"o.json", "servesim_cost_file"});
 }
 
-TEST_CASE("fit: recovers the efficiencies and overhead a simulated run was costed with") {
-  TempDir dir("fit");
-  RooflineOptions truth;
-  truth.compute_efficiency = 0.45;
-  truth.memory_efficiency = 0.62;
-  truth.iteration_overhead_s = 1.2e-3;
-  // A light load (batches of one or two: the decode and prefill costs) and a
-  // heavier one with long contexts (batches of about 15 whose KV bytes are
-  // half the weights': they separate the memory efficiency from the overhead).
+// A light load (batches of one or two: the decode and prefill costs) and a
+// heavier one with long contexts (batches of about 15 whose KV bytes are half
+// the weights': they separate the memory efficiency from the overhead),
+// simulated with `truth` as the "measured" runs.
+static std::vector<MeasuredRun> runs_costed_with(const TempDir& dir, const RooflineOptions& truth) {
   struct Load {
     const char* name;
     double rate;
@@ -263,6 +267,16 @@ TEST_CASE("fit: recovers the efficiencies and overhead a simulated run was coste
     simulate_into(s, (dir.path / name).string());
     runs.push_back(read_measured_run((dir.path / name).string()));
   }
+  return runs;
+}
+
+TEST_CASE("fit: recovers the efficiencies and overhead a simulated run was costed with") {
+  TempDir dir("fit");
+  RooflineOptions truth;
+  truth.compute_efficiency = 0.45;
+  truth.memory_efficiency = 0.62;
+  truth.iteration_overhead_s = 1.2e-3;
+  const std::vector<MeasuredRun> runs = runs_costed_with(dir, truth);
   SimulationSetup setup = roofline_setup(SchedulerPolicy::Chunked, 1, 1, "1", "1", 0);  // defaults as the start
 
   SECTION("all three from two loads") {
@@ -296,3 +310,47 @@ TEST_CASE("fit: recovers the efficiencies and overhead a simulated run was coste
   }
 }
 
+TEST_CASE("fit: recovers a per-sequence overhead, when named") {
+  // An engine whose host work grows with the batch (a sampler per sequence):
+  // 0.3 ms per sampling sequence, a fifth of a 15-sequence decode step.
+  TempDir dir("fit-seq");
+  RooflineOptions truth;
+  truth.compute_efficiency = 0.45;
+  truth.memory_efficiency = 0.62;
+  truth.iteration_overhead_s = 1.2e-3;
+  truth.sequence_overhead_s = 3e-4;
+  const std::vector<MeasuredRun> runs = runs_costed_with(dir, truth);
+  SimulationSetup setup = roofline_setup(SchedulerPolicy::Chunked, 1, 1, "1", "1", 0);
+  CHECK(parse_fit_parameter("sequence-overhead") == FitParameter::SequenceOverhead);
+
+  SECTION("all four fit the runs; without it they fit worse") {
+    // Two batch sizes do not pin memory efficiency, iteration and sequence
+    // overheads apart (a decode step is weights / efficiency + overhead + S
+    // x per sequence), so only the fit's quality is asserted here.
+    FitOptions options;
+    options.parameters = {FitParameter::ComputeEfficiency, FitParameter::MemoryEfficiency,
+                          FitParameter::IterationOverhead, FitParameter::SequenceOverhead};
+    const FitResult fit = fit_roofline(setup, runs, options);
+    INFO("fitted " << fit.fitted.compute_efficiency << " " << fit.fitted.memory_efficiency << " "
+                   << fit.fitted.iteration_overhead_s << " " << fit.fitted.sequence_overhead_s << " objective "
+                   << fit.objective << " after " << fit.evaluations << " evaluations");
+    CHECK(fit.start.sequence_overhead_s == Approx(1e-5));  // an unmodelled one starts at 10 us
+    CHECK(fit.objective < 1e-4);
+    CHECK(fit.fitted.compute_efficiency == Approx(truth.compute_efficiency).epsilon(0.05));
+    const FitResult three = fit_roofline(setup, runs);  // the per-sequence cost has nowhere to go
+    INFO("without it: objective " << three.objective);
+    CHECK(three.objective > 10 * fit.objective);
+  }
+  SECTION("with the memory efficiency held, the two overheads come apart") {
+    setup.cost.roofline.memory_efficiency = truth.memory_efficiency;
+    FitOptions options;
+    options.parameters = {FitParameter::ComputeEfficiency, FitParameter::IterationOverhead,
+                          FitParameter::SequenceOverhead};
+    const FitResult fit = fit_roofline(setup, runs, options);
+    INFO("fitted " << fit.fitted.compute_efficiency << " " << fit.fitted.iteration_overhead_s << " "
+                   << fit.fitted.sequence_overhead_s << " objective " << fit.objective);
+    CHECK(fit.fitted.sequence_overhead_s == Approx(truth.sequence_overhead_s).epsilon(0.1));
+    CHECK(fit.fitted.iteration_overhead_s == Approx(truth.iteration_overhead_s).epsilon(0.1));
+    CHECK(fit.fitted.compute_efficiency == Approx(truth.compute_efficiency).epsilon(0.03));
+  }
+}

@@ -252,6 +252,25 @@ TEST_CASE("The iteration overhead is added once per iteration", "[roofline]") {
   CHECK(duration(with, mixed) - duration(without, mixed) == Approx(1e-3).epsilon(1e-9));
 }
 
+TEST_CASE("The sequence overhead is added once per sampling sequence", "[roofline]") {
+  RooflineOptions per_sequence = ideal(1e-3);
+  per_sequence.sequence_overhead_s = 5e-4;
+  RooflineModel with(tiny_model(), round_gpu(), per_sequence);
+  RooflineModel without(tiny_model(), round_gpu(), ideal(1e-3));
+  for (int n : {1, 2, 16, 64}) {
+    INFO(n << " sequences");
+    const IterationPlan p = decode_batch(n, 100);
+    CHECK(duration(with, p) - duration(without, p) == Approx(n * 5e-4).epsilon(1e-9));
+    CHECK(with.breakdown(p).overhead == Approx(1e-3 + n * 5e-4).epsilon(1e-12));
+  }
+  // A prefill chunk that samples nothing pays no sequence overhead.
+  const IterationPlan mixed = plan_of({seq(300, 0, true, false, 1), seq(1, 40, false, true, 2),
+                                       seq(1, 41, false, true, 3)});
+  CHECK(duration(with, mixed) - duration(without, mixed) == Approx(2 * 5e-4).epsilon(1e-9));
+  CHECK(with.describe()["sequence_overhead_s"] == 5e-4);
+  CHECK_FALSE(without.describe().contains("sequence_overhead_s"));  // unmodelled: the description is unchanged
+}
+
 TEST_CASE("Efficiencies scale the roofline", "[roofline]") {
   const IterationPlan decode = decode_batch(1, 99);
   const IterationPlan prefill = plan_of({seq(4096, 0, true, true)});
@@ -339,6 +358,9 @@ TEST_CASE("RooflineOptions validation", "[roofline]") {
   CHECK_THROWS_AS(o.validate(), InputError);
   o = RooflineOptions{};
   o.iteration_overhead_s = -1e-6;
+  CHECK_THROWS_AS(o.validate(), InputError);
+  o = RooflineOptions{};
+  o.sequence_overhead_s = -1e-6;
   CHECK_THROWS_AS(o.validate(), InputError);
   o = RooflineOptions{};
   o.compute_efficiency = 2;
