@@ -14,7 +14,10 @@
 // served). --steps says when a decode call starts:
 //   sync (default): once every generating sequence has queued its next
 //     token, as llama.cpp's own server and vLLM step: decode the batch,
-//     sample every sequence, repeat;
+//     sample every sequence, repeat. Only the call that starts a run of
+//     calls waits: node-llama-cpp's batch loop then goes on, under its
+//     context lock, with whatever is queued after each call, so steps
+//     still split under load;
 //   eager: node-llama-cpp's default, on the next event-loop cycle with
 //     whatever is queued then. Its samplers finish one by one, so a step
 //     splits: the sequences sampled later wait for the next call, which may
