@@ -152,7 +152,9 @@ RooflineBreakdown RooflineModel::breakdown(const IterationPlan& plan) const {
                   op_time(0, 4.0 * S * V);
   }
   out.overhead = options_.iteration_overhead_s;
-  if (options_.sequence_overhead_s > 0) out.overhead += S * options_.sequence_overhead_s;
+  // Per sequence, not per row: a speculative verification samples k + 1
+  // rows of one sequence in one pass of its sampler and bookkeeping.
+  if (options_.sequence_overhead_s > 0) out.overhead += plan.num_sampling_sequences * options_.sequence_overhead_s;
   return out;
 }
 

@@ -267,6 +267,12 @@ TEST_CASE("The sequence overhead is added once per sampling sequence", "[rooflin
   const IterationPlan mixed = plan_of({seq(300, 0, true, false, 1), seq(1, 40, false, true, 2),
                                        seq(1, 41, false, true, 3)});
   CHECK(duration(with, mixed) - duration(without, mixed) == Approx(2 * 5e-4).epsilon(1e-9));
+  // A speculative verification samples k + 1 rows of one sequence: once.
+  ScheduledSequence verify = seq(4, 40, false, true, 5);
+  verify.num_sample_rows = 4;
+  const IterationPlan speculative = plan_of({verify});
+  REQUIRE(speculative.num_sample_rows == 4);
+  CHECK(with.breakdown(speculative).overhead == Approx(1e-3 + 5e-4).epsilon(1e-12));
   CHECK(with.describe()["sequence_overhead_s"] == 5e-4);
   CHECK_FALSE(without.describe().contains("sequence_overhead_s"));  // unmodelled: the description is unchanged
 }
