@@ -7,10 +7,11 @@
 
 namespace servesim {
 
-nlohmann::json model_to_json(const ModelSpec& m) {
-  return {{"name", m.name},
-          {"architecture", m.architecture},
-          {"hidden_size", m.hidden_size},
+namespace {
+
+// The shape fields both descriptions share, under Hugging Face's names.
+nlohmann::json shape_json(const ModelSpec& m) {
+  return {{"hidden_size", m.hidden_size},
           {"intermediate_size", m.intermediate_size},
           {"num_hidden_layers", m.num_hidden_layers},
           {"num_attention_heads", m.num_attention_heads},
@@ -20,33 +21,33 @@ nlohmann::json model_to_json(const ModelSpec& m) {
           {"tie_word_embeddings", m.tie_word_embeddings},
           {"attention_bias", m.attention_bias},
           {"max_position_embeddings", m.max_position_embeddings},
-          {"torch_dtype", m.torch_dtype},
-          {"parameters", m.parameter_count()},
-          {"quantization", m.quantization.to_json()},
-          {"weight_bytes", m.weight_bytes()},
-          {"kv_bytes_per_token", m.kv_bytes_per_token()}};
+          {"torch_dtype", m.torch_dtype}};
+}
+
+}  // namespace
+
+nlohmann::json model_to_json(const ModelSpec& m) {
+  nlohmann::json j = shape_json(m);
+  j.update({{"name", m.name},
+            {"architecture", m.architecture},
+            {"parameters", m.parameter_count()},
+            {"quantization", m.quantization.to_json()},
+            {"weight_bytes", m.weight_bytes()},
+            {"kv_bytes_per_token", m.kv_bytes_per_token()}});
+  return j;
 }
 
 nlohmann::json hf_config_json(const ModelSpec& m) {
-  return {{"architectures", {m.architecture == "qwen2" ? "Qwen2ForCausalLM"
-                             : m.architecture == "mistral" ? "MistralForCausalLM"
-                                                           : "LlamaForCausalLM"}},
-          {"model_type", m.architecture},
-          {"hidden_size", m.hidden_size},
-          {"intermediate_size", m.intermediate_size},
-          {"num_hidden_layers", m.num_hidden_layers},
-          {"num_attention_heads", m.num_attention_heads},
-          {"num_key_value_heads", m.num_key_value_heads},
-          {"head_dim", m.head_dim},
-          {"vocab_size", m.vocab_size},
-          {"tie_word_embeddings", m.tie_word_embeddings},
-          {"attention_bias", m.attention_bias},
-          {"max_position_embeddings", m.max_position_embeddings},
-          {"torch_dtype", m.torch_dtype},
-          {"rope_theta", m.rope_theta},
-          {"rms_norm_eps", m.rms_norm_eps},
-          {"eos_token_id", m.eos_token_id},
-          {"hidden_act", "silu"}};
+  nlohmann::json j = shape_json(m);
+  j.update({{"architectures", {m.architecture == "qwen2"     ? "Qwen2ForCausalLM"
+                               : m.architecture == "mistral" ? "MistralForCausalLM"
+                                                             : "LlamaForCausalLM"}},
+            {"model_type", m.architecture},
+            {"rope_theta", m.rope_theta},
+            {"rms_norm_eps", m.rms_norm_eps},
+            {"eos_token_id", m.eos_token_id},
+            {"hidden_act", "silu"}});
+  return j;
 }
 
 nlohmann::json scheduler_to_json(const SchedulerConfig& c, double gpu_memory_utilization) {
