@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/heap_tuning.h"
 #include "sim/errors.h"
 
 namespace {
@@ -50,6 +51,8 @@ int main(int argc, char** argv) {
   // The subcommand sees its own flags, with argv[0] = "servesim <command>".
   const int sub_argc = argc - 1;
   const char* const* sub_argv = argv + 1;
+  if (command == "simulate" || command == "sweep" || command == "capacity")
+    servesim::cli::prepare_heap_for_simulation();
   try {
     if (command == "simulate") return servesim::cli::simulate_command(sub_argc, sub_argv);
     if (command == "run") return servesim::cli::run_command(sub_argc, sub_argv);

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <string_view>
 
@@ -77,6 +78,12 @@ std::string read_file(const std::string& path) {
     throw InputError(fmt::format("cannot open trace file '{}': {}", path, std::strerror(errno)));
   }
   std::string content;
+  // One allocation for a regular file's whole content (a pipe grows as read).
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(path, ec)) {
+    const auto size = std::filesystem::file_size(path, ec);
+    if (!ec) content.reserve(size_t(size));
+  }
   std::array<char, 1 << 16> buffer;
   size_t n = 0;
   while ((n = std::fread(buffer.data(), 1, buffer.size(), file.get())) > 0) {
@@ -93,6 +100,7 @@ std::string read_file(const std::string& path) {
 std::vector<std::string_view> split_lines(std::string_view text) {
   if (text.starts_with(kUtf8Bom)) text.remove_prefix(kUtf8Bom.size());
   std::vector<std::string_view> lines;
+  lines.reserve(size_t(std::count(text.begin(), text.end(), '\n')) + 1);
   while (!text.empty()) {
     const size_t end = text.find('\n');
     std::string_view line = text.substr(0, end);
@@ -340,6 +348,7 @@ std::vector<Request> select_requests(std::vector<Row> rows, const TraceOptions& 
                    [](const Row& a, const Row& b) { return a.seconds < b.seconds; });
   const double origin = rows.front().seconds;
   std::vector<Request> out;
+  out.reserve(o.max_requests >= 0 ? std::min(rows.size(), size_t(o.max_requests)) : rows.size());
   double first_kept = 0.0;
   for (const Row& r : rows) {
     if (o.max_requests >= 0 && static_cast<int64_t>(out.size()) >= o.max_requests) break;
