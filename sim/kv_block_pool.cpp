@@ -102,7 +102,8 @@ bool KvBlockPool::grow(std::vector<int32_t>& table, int64_t tokens) {
   // memory is loaded ahead and the misses overlap: the queue's next blocks
   // 2 kPrefetchAhead ahead, a taken block's index line as it is taken, and
   // its key dropped kPrefetchAhead blocks later.
-  const int64_t lag = int64_t(kPrefetchAhead);
+  // (A decode's one block needs no pipeline: the lag is at most the blocks taken.)
+  const int64_t lag = std::min(need, int64_t(kPrefetchAhead));
   for (int64_t i = 0; i < need + lag; ++i) {
     if (i < need) {
       if (head_ + 2 * kPrefetchAhead < queue_.size())

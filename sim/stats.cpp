@@ -1,7 +1,12 @@
 #include "sim/stats.h"
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cmath>
+#include <utility>
+
+#include "sim/repeated_sum.h"
 
 namespace servesim {
 namespace {
@@ -10,6 +15,38 @@ constexpr double kHistLow = 1e-9;
 constexpr double kHistRatio = 1.001;
 const double kLogRatio = std::log(kHistRatio);
 const size_t kHistBins = size_t(std::ceil(std::log(1e6 / kHistLow) / std::log(kHistRatio))) + 1;
+
+// Orders runs by value, as std::sort with `a.value < b.value` would (equal
+// values may come in any order: they are interchangeable), by an LSD radix
+// sort of the values' bit patterns mapped so that unsigned order is numeric
+// order, one byte a pass, skipping the bytes every value shares. A long run
+// holds hundreds of thousands of runs (one a decode step); this is several
+// times faster than comparing them.
+template <class Run>
+void sort_runs_by_value(std::vector<Run>& runs) {
+  if (runs.size() < 256) {
+    std::sort(runs.begin(), runs.end(), [](const Run& a, const Run& b) { return a.value < b.value; });
+    return;
+  }
+  auto key = [](double v) {
+    const auto bits = std::bit_cast<uint64_t>(v);
+    return bits >> 63 ? ~bits : bits | (uint64_t(1) << 63);  // negatives reversed, below positives
+  };
+  std::array<std::array<size_t, 256>, 8> counts{};
+  for (const Run& r : runs) {
+    const uint64_t k = key(r.value);
+    for (int b = 0; b < 8; ++b) ++counts[size_t(b)][(k >> (8 * b)) & 0xff];
+  }
+  std::vector<Run> buffer(runs.size());
+  for (int b = 0; b < 8; ++b) {
+    auto& c = counts[size_t(b)];
+    if (std::find(c.begin(), c.end(), runs.size()) != c.end()) continue;  // one value of this byte
+    size_t offset = 0;
+    for (size_t& n : c) offset += std::exchange(n, offset);
+    for (const Run& r : runs) buffer[c[(key(r.value) >> (8 * b)) & 0xff]++] = r;
+    runs.swap(buffer);
+  }
+}
 }  // namespace
 
 double percentile_sorted(const std::vector<double>& sorted, double p) {
@@ -38,7 +75,7 @@ Distribution summarize(std::vector<double>& values) {
 
 StreamingSamples::StreamingSamples(size_t exact_limit) : exact_limit_(exact_limit) {}
 
-void StreamingSamples::add(double value) {
+void StreamingSamples::add_new_value(double value) {
   if (count_ == 0) {
     min_ = max_ = value;
   } else {
@@ -53,6 +90,35 @@ void StreamingSamples::add(double value) {
   } else {
     add_to_histogram(value);
   }
+}
+
+void StreamingSamples::add_repeated(double value, int64_t n) {
+  if (n <= 0) return;
+  add(value);  // extremes, a new run, the move to the histogram
+  --n;
+  // The sum's shortcut holds for non-negative values (gaps always are).
+  if (!(value >= 0) || !std::isfinite(value)) {
+    for (; n > 0; --n) add(value);
+    return;
+  }
+  if (histogram_.empty()) {
+    // add() made `value` the last run's: the run grows up to the exact limit.
+    const int64_t m = std::min(n, int64_t(exact_limit_) - exact_count_);
+    if (m > 0) {
+      runs_.back().count += m;
+      exact_count_ += m;
+      count_ += m;
+      sum_ = add_repeatedly(sum_, value, m);
+      n -= m;
+    }
+    if (n == 0) return;
+    add(value);  // past the limit: the samples move to the histogram
+    --n;
+  }
+  // In the histogram, add() put `value` in last_bin_: the rest go there too.
+  histogram_[last_bin_] += n;
+  count_ += n;
+  sum_ = add_repeatedly(sum_, value, n);
 }
 
 void StreamingSamples::add_exact(double value) {
@@ -113,10 +179,9 @@ Distribution StreamingSamples::summarize() {
     // same order, and the same percentiles.
     Distribution d;
     if (exact_count_ == 0) return d;
-    std::sort(runs_.begin(), runs_.end(), [](const Run& a, const Run& b) { return a.value < b.value; });
+    sort_runs_by_value(runs_);
     double sum = 0;
-    for (const Run& run : runs_)
-      for (int64_t i = 0; i < run.count; ++i) sum += run.value;
+    for (const Run& run : runs_) sum = add_repeatedly(sum, run.value, run.count);
     const auto n = double(exact_count_);
     auto at_rank = [&](int64_t rank) {  // the sorted samples' value at `rank`
       int64_t seen = 0;

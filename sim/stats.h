@@ -29,7 +29,21 @@ Distribution summarize(std::vector<double>& values);
 class StreamingSamples {
  public:
   explicit StreamingSamples(size_t exact_limit = size_t(1) << 22);
-  void add(double value);
+  void add(double value) {
+    // Most samples repeat the last one (every sequence of a decode step
+    // adds the same gap): one more of the last run, inline.
+    if (!runs_.empty() && value == runs_.back().value && size_t(exact_count_) < exact_limit_) {
+      ++runs_.back().count;
+      ++exact_count_;
+      ++count_;
+      sum_ += value;
+      return;
+    }
+    add_new_value(value);
+  }
+  // add(value) `n` times, in O(1) steps rather than n: the same runs, sum
+  // (add_repeatedly) and histogram. What a decode step of n sequences adds.
+  void add_repeated(double value, int64_t n);
   // Adds every sample of `other` (exactly while both are exact; a histogram
   // bin's samples at their bin's value otherwise, its sum and extremes kept).
   void merge(const StreamingSamples& other);
@@ -50,6 +64,7 @@ class StreamingSamples {
     int64_t count;
   };
   void add_exact(double value);
+  void add_new_value(double value);  // add() of any other sample
 
   size_t exact_limit_;
   std::vector<Run> runs_;

@@ -54,6 +54,11 @@ RooflineModel::RooflineModel(const ModelSpec& model, const HardwareSpec& hardwar
   bytes_per_s_ = hardware_.memory_bandwidth * options_.memory_efficiency;
   gemm_peak_ = hardware_.gemm_flops(model_.quantization.weights);  // InputError: the device lacks the dtype
   dtype_bytes_ = model_.dtype_bytes();  // InputError: an unknown torch_dtype
+  // Filled here, not on first use: one model serves many threads (capacity).
+  by_tokens_.resize(kTabulatedTokens);
+  for (int64_t t = 0; t < kTabulatedTokens; ++t) by_tokens_[size_t(t)] = token_costs(t);
+  lm_head_by_rows_.resize(kTabulatedRows);
+  for (int64_t s = 0; s < kTabulatedRows; ++s) lm_head_by_rows_[size_t(s)] = lm_head_time(s);
 }
 
 double RooflineModel::op_time(double flops, double bytes) const {
@@ -65,18 +70,17 @@ double RooflineModel::op_time(double flops, double bytes, double peak_flops, Rel
                   bytes / (bytes_per_s_ * e.memory));
 }
 
-RooflineBreakdown RooflineModel::breakdown(const IterationPlan& plan) const {
+RooflineModel::TokenCosts RooflineModel::token_costs(int64_t tokens) const {
   // One TP rank's share (at TP 1, the model's own sizes): heads, KV heads,
-  // MLP width and LM-head rows; V_rank = V at TP 1.
+  // MLP width; T query tokens in the batch.
   const double d = double(model_.hidden_size), I = double(rank_.intermediate);
   const double H = double(rank_.heads), Hkv = double(rank_.kv_heads);
-  const double dh = double(model_.head_dim), V = double(model_.vocab_size), V_rank = double(rank_.vocab);
+  const double dh = double(model_.head_dim);
   const double L = double(model_.num_hidden_layers), b = double(dtype_bytes_);
-  const double T = double(plan.num_tokens());           // query tokens in the batch
-  const double S = double(plan.num_sample_rows);  // rows that go through the LM head
+  const double T = double(tokens);
   const double q_out = H * dh, kv_out = Hkv * dh, qkv_out = q_out + 2 * kv_out;
 
-  // Unquantized weights and KV keep the expressions they always had (below,
+  // Unquantized weights keep the expressions they always had (below,
   // beside the quantized ones): the same sums in another order would move
   // every committed prediction in its last bits.
   const Quantization& quant = model_.quantization;
@@ -92,12 +96,51 @@ RooflineBreakdown RooflineModel::breakdown(const IterationPlan& plan) const {
     return op_time(2 * T * K * N, quant.linear_bytes(K, N, checkpoint_bytes) + a_in * T * K + b * T * N, gemm_peak_,
                    gemm_eff);
   };
-
-  RooflineBreakdown out;
+  TokenCosts out;
   out.qkv_proj = L * gemm(d, qkv_out);
   out.o_proj = L * gemm(q_out, d);
   out.gate_up_proj = L * gemm(d, 2 * I);
   out.down_proj = L * gemm(I, d);
+
+  // Memory-bound elementwise work per layer, bytes read + written per token:
+  // two RMSNorms 2*2d, rotary on q and k 2*(q_out + kv_out), two residual
+  // adds 2*3d, SwiGLU silu(gate)*up 3I. Plus the embedding gather 2d once.
+  const double per_token_layer = 4 * d + 2 * (q_out + kv_out) + 6 * d + 3 * I;
+  // W8A8 quantizes each GEMM's input first: read in bf16, write 8 bits, for
+  // the qkv (d), o (H dh), gate/up (d) and down (I) inputs of every layer.
+  const double quantize_bytes = quant.w8a8() ? (b + 1) * (2 * d + q_out + I) : 0.0;
+  out.elementwise = quant.w8a8() ? op_time(0, b * T * (L * per_token_layer + 2 * d) + L * T * quantize_bytes)
+                                  : op_time(0, b * T * (L * per_token_layer + 2 * d));
+  return out;
+}
+
+double RooflineModel::lm_head_time(int64_t rows) const {
+  // Final RMSNorm and LM head on the sampling rows only (a rank's V_rank
+  // rows of it); fp32 logits written by the GEMM and the whole vocabulary's
+  // read again by the sampler.
+  const double d = double(model_.hidden_size), V = double(model_.vocab_size), V_rank = double(rank_.vocab);
+  const double b = double(dtype_bytes_), S = double(rows);
+  if (S > 0) return op_time(2 * S * d * V_rank, b * (V_rank * d + 2 * S * d) + 4.0 * S * V_rank) + op_time(0, 4.0 * S * V);
+  return 0;
+}
+
+RooflineBreakdown RooflineModel::breakdown(const IterationPlan& plan) const {
+  const double H = double(rank_.heads), Hkv = double(rank_.kv_heads);
+  const double dh = double(model_.head_dim);
+  const double L = double(model_.num_hidden_layers), b = double(dtype_bytes_);
+  const double q_out = H * dh, kv_out = Hkv * dh;
+  const Quantization& quant = model_.quantization;
+  const int checkpoint_bytes = dtype_bytes_;
+
+  RooflineBreakdown out;
+  // The linear layers' and elementwise times depend on the batch's tokens
+  // alone: looked up for the batches the tables hold.
+  const int64_t T = plan.num_tokens();
+  const TokenCosts linear = T < int64_t(by_tokens_.size()) ? by_tokens_[size_t(T)] : token_costs(T);
+  out.qkv_proj = linear.qkv_proj;
+  out.o_proj = linear.o_proj;
+  out.gate_up_proj = linear.gate_up_proj;
+  out.down_proj = linear.down_proj;
 
   // Attention of one sequence with q new tokens over c cached ones: query i
   // (0-based) sees c + i + 1 keys, so q*c + q(q+1)/2 query-key pairs, each 2
@@ -133,24 +176,9 @@ RooflineBreakdown RooflineModel::breakdown(const IterationPlan& plan) const {
     out.decode_attention = L * (kv_auto ? op_time(dc_flops, dc_bytes)
                                         : op_time(dc_flops, dc_bytes, bf16_peak,
                                                   kv_attention_efficiency(quant.kv_cache, true)));
-
-  // Memory-bound elementwise work per layer, bytes read + written per token:
-  // two RMSNorms 2*2d, rotary on q and k 2*(q_out + kv_out), two residual
-  // adds 2*3d, SwiGLU silu(gate)*up 3I. Plus the embedding gather 2d once.
-  const double per_token_layer = 4 * d + 2 * (q_out + kv_out) + 6 * d + 3 * I;
-  // W8A8 quantizes each GEMM's input first: read in bf16, write 8 bits, for
-  // the qkv (d), o (H dh), gate/up (d) and down (I) inputs of every layer.
-  const double quantize_bytes = quant.w8a8() ? (b + 1) * (2 * d + q_out + I) : 0.0;
-  out.elementwise = quant.w8a8() ? op_time(0, b * T * (L * per_token_layer + 2 * d) + L * T * quantize_bytes)
-                                  : op_time(0, b * T * (L * per_token_layer + 2 * d));
-
-  // Final RMSNorm and LM head on the sampling rows only (a rank's V_rank
-  // rows of it); fp32 logits written by the GEMM and the whole vocabulary's
-  // read again by the sampler.
-  if (S > 0) {
-    out.lm_head = op_time(2 * S * d * V_rank, b * (V_rank * d + 2 * S * d) + 4.0 * S * V_rank) +
-                  op_time(0, 4.0 * S * V);
-  }
+  out.elementwise = linear.elementwise;
+  const int64_t S = plan.num_sample_rows;
+  out.lm_head = S < int64_t(lm_head_by_rows_.size()) ? lm_head_by_rows_[size_t(S)] : lm_head_time(S);
   out.overhead = options_.iteration_overhead_s;
   // Per sequence, not per row: a speculative verification samples k + 1
   // rows of one sequence in one pass of its sampler and bookkeeping.

@@ -15,6 +15,9 @@
 // dtype (quantized_gemm_efficiency, kv_attention_efficiency).
 #pragma once
 
+#include <cstdint>
+#include <vector>
+
 #include "sim/cost/cost_model.h"
 #include "sim/hardware_spec.h"
 #include "sim/model_spec.h"
@@ -86,6 +89,18 @@ class RooflineModel final : public CostModel {
   double op_time(double flops, double bytes, double peak_flops, RelativeEfficiency e) const;
 
  private:
+  // The linear layers' and elementwise times of a batch of `tokens` query
+  // tokens, and the LM head's of `rows` sampling rows: functions of that
+  // count alone, tabulated for the counts most iterations have (a simulation
+  // asks for them every iteration) and computed beyond.
+  struct TokenCosts {
+    double qkv_proj = 0, o_proj = 0, gate_up_proj = 0, down_proj = 0, elementwise = 0;
+  };
+  TokenCosts token_costs(int64_t tokens) const;
+  double lm_head_time(int64_t rows) const;
+  static constexpr int64_t kTabulatedTokens = 2049;  // vLLM's default token budget, 2048, included
+  static constexpr int64_t kTabulatedRows = 513;
+
   ModelSpec model_;
   HardwareSpec hardware_;
   RooflineOptions options_;
@@ -96,6 +111,8 @@ class RooflineModel final : public CostModel {
   // Bytes of the checkpoint's dtype, read once: ModelSpec::dtype_bytes
   // compares strings, too dear for every iteration.
   int dtype_bytes_;
+  std::vector<TokenCosts> by_tokens_;     // [tokens] for tokens < kTabulatedTokens
+  std::vector<double> lm_head_by_rows_;  // [rows] for rows < kTabulatedRows
 };
 
 }  // namespace servesim

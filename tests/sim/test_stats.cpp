@@ -121,6 +121,24 @@ TEST_CASE("StreamingSamples kept as runs of equal values summarises exactly as t
   }
 }
 
+TEST_CASE("StreamingSamples with long runs and many distinct values summarises as the samples would", "[stats]") {
+  // Runs of thousands of equal gaps (a large decode batch) among thousands
+  // of distinct values: the sorted order and the sum of each run as the
+  // samples' own additions.
+  const std::vector<double> distinct = lognormal_samples(2000, 17);
+  Rng rng(3);
+  std::vector<double> data;
+  for (size_t i = 0; i < 4000; ++i) {
+    const double v = distinct[size_t(rng.uniform_int(0, int64_t(distinct.size()) - 1))];
+    data.insert(data.end(), size_t(rng.uniform_int(1, i % 50 == 0 ? 5000 : 40)), v);
+  }
+  StreamingSamples s;
+  for (double x : data) s.add(x);
+  REQUIRE(s.exact());
+  std::vector<double> copy = data;
+  check_equal(s.summarize(), summarize(copy));
+}
+
 TEST_CASE("StreamingSamples stays exact up to its limit and switches past it", "[stats]") {
   const size_t limit = 100;
   const std::vector<double> data = lognormal_samples(limit + 1, 5);
@@ -178,4 +196,31 @@ TEST_CASE("StreamingSamples histogram handles a few distinct values", "[stats]")
   CHECK(rel_diff(d.mean, want.mean) < 1e-12);
   CHECK(d.min == 1e-3);
   CHECK(d.max == 1e-1);
+}
+
+TEST_CASE("StreamingSamples::add_repeated is n calls of add, across the exact limit too", "[stats]") {
+  // Runs of equal gaps (a decode step's sequences), some long enough to
+  // cross the exact limit into the histogram in the middle of a run.
+  for (const size_t limit : {size_t(40), size_t(1000), size_t(1) << 22}) {
+    StreamingSamples one_by_one(limit), repeated(limit);
+    Rng rng(7);
+    for (int run = 0; run < 300; ++run) {
+      const double gap = run % 5 == 0 ? 0.0125 : 0.001 * (1.0 + double(rng.uniform_int(0, 40)));
+      const int64_t n = rng.uniform_int(0, 64);
+      for (int64_t i = 0; i < n; ++i) one_by_one.add(gap);
+      repeated.add_repeated(gap, n);
+    }
+    INFO("exact limit " << limit);
+    CHECK(repeated.count() == one_by_one.count());
+    CHECK(repeated.exact() == one_by_one.exact());
+    CHECK(repeated.exact() == (limit > 10000));
+    const Distribution a = repeated.summarize(), b = one_by_one.summarize();
+    CHECK(a.count == b.count);
+    CHECK(a.mean == b.mean);
+    CHECK(a.p50 == b.p50);
+    CHECK(a.p90 == b.p90);
+    CHECK(a.p99 == b.p99);
+    CHECK(a.min == b.min);
+    CHECK(a.max == b.max);
+  }
 }
