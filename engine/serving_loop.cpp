@@ -221,9 +221,31 @@ RunRecords run_cluster_loop(std::span<const ServingReplica> replica_parts, Route
   if (workload.closed_loop)
     for (int64_t c = 0; c < workload.concurrency && releases < total; ++c) closed_releases.emplace(0.0, releases++);
 
+  // The shortcut through stretches of repeated decode steps (one replica,
+  // an executor that emits one token a sequence): while the step just done
+  // can be repeated as it is (no sequence finishes, no request can be
+  // admitted), the repeats skip the per-sequence scheduling and
+  // bookkeeping. Their plans, durations and records are the full path's
+  // (Scheduler::repeat_step).
+  const bool may_repeat = replicas.size() == 1 && replica_parts[0].executor->emits_one_token_per_sequence();
   int64_t iteration = 0;
   const auto wall_start = std::chrono::steady_clock::now();
   auto last_report = wall_start;
+  // An iteration's record kept and counted, its observers told, progress.
+  auto end_iteration = [&](const IterationRecord& rec, const IterationPlan& plan, const IterationResult& result,
+                           double now_s) {
+    records.batch_tokens += rec.prefill_tokens + rec.decode_tokens;
+    records.batch_sequences += rec.prefill_sequences + rec.decode_sequences;
+    if (options.keep_iterations) records.iterations.push_back(rec);
+    for (LoopObserver* o : options.observers) o->after_iteration(plan, result, rec);
+    if (options.progress && (plan.index & 1023) == 0) {
+      const auto now = std::chrono::steady_clock::now();
+      if (now - last_report > std::chrono::seconds(1)) {
+        last_report = now;
+        options.progress(RunProgress{finished, total, plan.index + 1, now_s});
+      }
+    }
+  };
   for (;;) {
     // The replica whose next iteration starts first (the lowest index of equals).
     ReplicaLoop* earliest = nullptr;
@@ -279,18 +301,35 @@ RunRecords run_cluster_loop(std::span<const ServingReplica> replica_parts, Route
     rec.decode_sequences = plan.num_decode_sequences;
     rec.sampled_sequences = plan.num_sampling_sequences;
     rec.prefix_hit_tokens = plan.num_prefix_hit_tokens;
-    records.batch_tokens += rec.prefill_tokens + rec.decode_tokens;
-    records.batch_sequences += rec.prefill_sequences + rec.decode_sequences;
-    if (options.keep_iterations) records.iterations.push_back(rec);
-    for (LoopObserver* o : options.observers) o->after_iteration(plan, result, rec);
+    end_iteration(rec, plan, result, rep.now());
 
-    if (options.progress && (plan.index & 1023) == 0) {
-      const auto now = std::chrono::steady_clock::now();
-      if (now - last_report > std::chrono::seconds(1)) {
-        last_report = now;
-        options.progress(RunProgress{finished, total, plan.index + 1, rep.now()});
-      }
+    if (!may_repeat || !scheduler.begin_repeats(plan)) continue;
+    int32_t repeats = 0;
+    for (;;) {
+      // Requests due by now are submitted first, as at the top of the loop;
+      // the stretch goes on while they wait without a chance of admission.
+      for (double event = next_event_time(); event <= rep.now(); event = next_event_time())
+        absorb_finished(submit_next_event(), event);
+      if (!scheduler.repeat_step(plan)) break;
+      plan.index = iteration++;
+      rec.index = plan.index;
+      rec.start_s = rep.now();
+      rec.waiting = int32_t(scheduler.num_waiting());
+      result.reset();
+      for (LoopObserver* o : options.observers) o->before_execute(plan);
+      rep.parts.executor->execute(plan, result);
+      rep.parts.clock->advance(result.duration_s);
+      rec.kv_blocks_used = scheduler.kv().num_used();
+      scheduler.complete_repeat();
+      // Every sequence's gap: now less its last emission, the step's start.
+      rep.recorder.on_repeated_step(rep.now() - rec.start_s, int64_t(plan.sequences.size()));
+      ++repeats;
+      rec.duration_s = result.duration_s;
+      end_iteration(rec, plan, result, rep.now());
     }
+    rep.recorder.set_now(rep.now());
+    rep.recorder.on_repeated_tokens(plan, repeats);
+    rep.refresh();
   }
   records.num_iterations = iteration;
   records.preemptions = 0;  // the schedulers' counts (the recorders count them too)

@@ -16,6 +16,11 @@ class Executor {
   virtual std::string name() const = 0;
   // Fills `result` (reset by the caller) for `plan` (never empty).
   virtual void execute(const IterationPlan& plan, IterationResult& result) = 0;
+  // True when every execute() emits exactly one token for each sampling
+  // sequence and finishes none early (result.emitted_tokens and
+  // result.finished left empty): the serving loop may then run a stretch of
+  // repeated decode steps without asking per sequence (serving_loop.cpp).
+  virtual bool emits_one_token_per_sequence() const { return false; }
   // The request has completed: state kept for it (its tokens) can go. A
   // preempted request is not finished; it comes back to be recomputed.
   virtual void on_request_finished(int64_t request_id) { (void)request_id; }

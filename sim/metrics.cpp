@@ -37,6 +37,16 @@ void MetricsRecorder::on_tokens(int64_t id, int32_t tokens) {
   r.emissions += 1;
 }
 
+void MetricsRecorder::on_repeated_tokens(const IterationPlan& plan, int32_t steps) {
+  if (steps <= 0) return;
+  for (const ScheduledSequence& item : plan.sequences) {
+    RequestRecord& r = records_.requests[size_t(item.request_id)];
+    r.tokens_emitted += steps;
+    r.emissions += steps;
+    r.last_token_s = now_;
+  }
+}
+
 void MetricsRecorder::on_finished(int64_t id) {
   records_.requests[size_t(id)].finish_s = now_;
   records_.end_s = std::max(records_.end_s, now_);

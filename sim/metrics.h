@@ -106,6 +106,13 @@ class MetricsRecorder final : public SchedulerListener {
   void on_preempted(int64_t id) override;
   void on_prefix_cache_lookup(int64_t id, int32_t query_tokens, int32_t hit_tokens, bool readmission) override;
 
+  // Scheduler::repeat_step's stretches, recorded as on_tokens would: each
+  // repeated step adds `sequences` equal inter-token gaps; at the stretch's
+  // end (now), each sequence of `plan` emitted `steps` more tokens, the
+  // last one now.
+  void on_repeated_step(double gap_s, int64_t sequences) { records_.itl_s.add_repeated(gap_s, sequences); }
+  void on_repeated_tokens(const IterationPlan& plan, int32_t steps);
+
   // Requests finished since the last call (closed-loop arrivals follow them).
   int64_t take_finished() {
     int64_t n = finished_since_;

@@ -253,7 +253,7 @@ int32_t Scheduler::speculative_drafts(const Sequence& s, int64_t budget) const {
   return int32_t(std::max<int64_t>(drafts, 0));
 }
 
-bool Scheduler::reserve_decode_slot(size_t i, int32_t& query_tokens, SchedulerListener& listener) {
+bool Scheduler::grow_decode_slot(size_t i, int32_t& query_tokens, SchedulerListener& listener) {
   const int32_t slot = running_[i];
   Sequence& s = slots_[size_t(slot)];
   if (query_tokens > 1 && !kv_.grow_to(s.blocks, int64_t(s.computed) + query_tokens)) query_tokens = 1;
@@ -446,6 +446,97 @@ void Scheduler::complete(const IterationPlan& plan, const IterationResult& resul
     return true;
   });
   running_.erase(done, running_.end());
+}
+
+}  // namespace servesim
+
+namespace servesim {
+
+bool Scheduler::begin_repeats(const IterationPlan& plan) {
+  repeats_left_ = 0;
+  if (config_.policy == SchedulerPolicy::Static || config_.num_speculative_tokens > 0 || running_.empty()) return false;
+  // Decodes of one token each (every query token counted once per sequence)
+  // of exactly the running sequences, in their order: none finished, was
+  // preempted or admitted.
+  const auto n = int32_t(running_.size());
+  if (plan.num_prefill_sequences > 0 || plan.num_decode_sequences != n || plan.num_decode_tokens != n ||
+      !std::equal(planned_slots_.begin(), planned_slots_.end(), running_.begin(), running_.end()))
+    return false;
+  int64_t steps_to_finish = std::numeric_limits<int64_t>::max();
+  for (const int32_t slot : running_) {
+    const Sequence& s = slots_[size_t(slot)];
+    steps_to_finish = std::min<int64_t>(steps_to_finish, s.output_tokens - s.generated);
+  }
+  repeats_left_ = steps_to_finish - 1;  // the finishing step goes through schedule()
+  return repeats_left_ > 0;
+}
+
+bool Scheduler::repeat_step(IterationPlan& plan) {
+  if (repeats_left_ <= 0) return false;
+  // A sequence whose next token starts a block takes one free block; were
+  // they short, schedule() would preempt.
+  const int64_t block_size = kv_.block_size();
+  const bool may_admit = !waiting_.empty() && running_.size() < size_t(config_.max_num_seqs);
+  int64_t growths = 0;  // counted where it matters
+  if (may_admit || kv_.num_free() < int64_t(running_.size())) {
+    for (const int32_t slot : running_) {
+      const Sequence& s = slots_[size_t(slot)];
+      growths += int64_t(s.computed) + 1 > int64_t(s.blocks.size()) * block_size ? 1 : 0;
+    }
+    if (growths > kv_.num_free()) return false;
+  }
+  // A waiting request with a sequence slot free: schedule() decides unless
+  // it certainly cannot be admitted. Continuous admits before the decodes
+  // grow, chunked after.
+  if (may_admit &&
+      could_admit_first_waiting(config_.policy == SchedulerPolicy::Chunked ? kv_.num_free() - growths : kv_.num_free()))
+    return false;
+  --repeats_left_;
+  ++repeated_steps_;
+  // As schedule() does it: continuous orders the queue before its decodes,
+  // chunked after them (its decodes may cache blocks a waiting prompt hits).
+  if (config_.policy == SchedulerPolicy::Continuous) order_waiting_by_prefix_match();
+  for (size_t k = 0; k < planned_slots_.size(); ++k) {
+    Sequence& s = slots_[size_t(planned_slots_[k])];
+    ScheduledSequence& item = plan.sequences[k];
+    if (int64_t(s.computed) + 1 > int64_t(s.blocks.size()) * block_size) {
+      kv_.grow_to(s.blocks, int64_t(s.computed) + 1);
+      item.block_table = std::span<const int32_t>(s.blocks);
+    }
+    item.num_cached_tokens = s.computed;
+    if (uses_prefix_cache(s)) cache_full_blocks(s, int64_t(s.computed) + 1);
+  }
+  if (config_.policy == SchedulerPolicy::Chunked) order_waiting_by_prefix_match();
+  hit_.clear();
+  return true;
+}
+
+bool Scheduler::could_admit_first_waiting(int64_t free_blocks) const {
+  const Sequence& s = slots_[size_t(waiting_.front())];
+  // Unsure where a prefix hit or the queue's order (lpm) depends on the
+  // cache, which this very step may fill.
+  if (uses_prefix_cache(s) || (config_.waiting_order == WaitingOrder::LongestPrefixMatch &&
+                               config_.enable_prefix_caching && waiting_.size() > 1))
+    return true;
+  // admission_fits without a hit, for what each policy would admit: a
+  // chunk within the budget the decodes leave, or the whole sequence.
+  int64_t tokens = s.total();
+  if (config_.policy == SchedulerPolicy::Chunked) {
+    const int64_t budget = int64_t(config_.max_num_batched_tokens) - int64_t(running_.size());
+    if (budget <= 0) return false;
+    tokens = std::min<int64_t>(s.remaining(), budget);
+  }
+  const int64_t need = kv_.blocks_for(tokens) - int64_t(s.blocks.size());
+  return free_blocks - need >= watermark_blocks_;
+}
+
+void Scheduler::complete_repeat() {
+  // Each sequence emitted its one token: its KV now holds the token before.
+  for (const int32_t slot : planned_slots_) {
+    Sequence& s = slots_[size_t(slot)];
+    ++s.computed;
+    ++s.generated;
+  }
 }
 
 }  // namespace servesim

@@ -122,6 +122,24 @@ class Scheduler {
   void complete(const IterationPlan& plan, const IterationResult& result,
                 SchedulerListener& listener);
 
+  // Repeated decode steps: the serving loop's shortcut through stretches in
+  // which every running sequence decodes one token a step and nothing else
+  // happens. After complete() of a step, begin_repeats(plan) says whether
+  // that step may be repeated: it decoded one token of every running
+  // sequence, in running order, without speculation (not under the static
+  // policy), and no sequence would finish in the next one. Each
+  // repeat_step(plan) then turns `plan` into the next step, exactly what
+  // schedule() would make (blocks grown, full blocks cached, the waiting
+  // queue ordered), or returns false with nothing changed when the next
+  // step would differ: a sequence would finish, the free blocks would not
+  // hold every new one, or a waiting request might be admitted. After the
+  // executor ran it, complete_repeat() applies it as complete() would,
+  // without telling a listener: the caller records the emissions
+  // (MetricsRecorder::on_repeated_step and on_repeated_tokens).
+  bool begin_repeats(const IterationPlan& plan);
+  bool repeat_step(IterationPlan& plan);
+  void complete_repeat();
+
   // Drops a request that is waiting or running (its client went away):
   // frees its KV blocks (full blocks keep their prefix-cache keys) and
   // forgets it. Call between iterations (not between schedule() and
@@ -137,6 +155,7 @@ class Scheduler {
   size_t num_waiting() const { return waiting_.size(); }
   size_t num_running() const { return running_.size(); }
   int64_t num_preemptions() const { return preemptions_; }
+  int64_t num_repeated_steps() const { return repeated_steps_; }  // repeat_step's, so far
 
  private:
   struct Sequence {
@@ -190,7 +209,16 @@ class Scheduler {
   // blocks to hold them. Without the blocks, it first drops the drafts
   // (query_tokens becomes 1), then preempts the newest running sequences
   // while blocks are short. Returns false if the sequence preempted itself.
-  bool reserve_decode_slot(size_t i, int32_t& query_tokens, SchedulerListener& listener);
+  bool reserve_decode_slot(size_t i, int32_t& query_tokens, SchedulerListener& listener) {
+    // Most steps stay inside the sequence's last block: nothing to grow.
+    const Sequence& s = slots_[size_t(running_[i])];
+    return int64_t(s.computed) + query_tokens <= int64_t(s.blocks.size()) * kv_.block_size() ||
+           grow_decode_slot(i, query_tokens, listener);
+  }
+  bool grow_decode_slot(size_t i, int32_t& query_tokens, SchedulerListener& listener);
+  // Whether the next step could admit the first waiting request with
+  // `free_blocks` free blocks then (true where unsure); for repeat_step.
+  bool could_admit_first_waiting(int64_t free_blocks) const;
 
   SchedulerConfig config_;
   KvBlockPool kv_;
@@ -203,6 +231,8 @@ class Scheduler {
   int64_t watermark_blocks_ = 0;
   bool speculate_this_iteration_ = false;  // k > 0 and not disabled by batch size
   int64_t preemptions_ = 0;
+  int64_t repeats_left_ = 0;  // steps repeat_step may make before a sequence finishes
+  int64_t repeated_steps_ = 0;
 };
 
 }  // namespace servesim

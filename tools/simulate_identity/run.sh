@@ -37,6 +37,11 @@ run profile_draws --profile "$P" --rate 2.5 --num-requests 100 --prompt-len unif
 run profile_spec --profile "$SP/profile_small-110m.json" --num-speculative-tokens 4 --draft-model tiny-15m --draft-profile "$SP/profile_tiny-15m.json" --acceptance-rate 0.8 --rate 1 --num-requests 60 --prompt-len uniform:16:256 --output-len uniform:16:128
 run profile_selfspec --profile "$SP/profile_small-110m.json" --num-speculative-tokens 3 --self-draft-layers 2 --acceptance-rate 0.6 --rate 1 --num-requests 60 --prompt-len uniform:16:256 --output-len uniform:16:128
 run profile_hw --profile "$P" --hardware h200 --rate 2 --num-requests 50 --prompt-len uniform:16:256 --output-len uniform:16:128
+run mooncake_lpm --trace "$R/data/traces/mooncake_conversation.jsonl" --trace-format mooncake --max-requests 400 --scheduling-policy lpm --max-num-seqs 16
+run sessions --session-turns 4 --think-time 2 --shared-prefix-groups 3 --shared-prefix-len 400 --num-requests 300 --rate 8 --scheduler continuous --num-gpu-blocks 3000
+run tp2 --tensor-parallel-size 2 --model llama-3.1-70b --hardware h100-sxm --num-requests 300 --rate 6
+run pp2 --pipeline-parallel-size 2 --num-requests 300 --rate 12
+run replicas --num-replicas 4 --router prefix-affinity --shared-prefix-groups 8 --shared-prefix-len 300 --num-requests 400 --rate 40
 "$S" sweep --grid num-speculative-tokens=0,2,4 --grid max-num-seqs=8,64 --out "$OUT/sweep" --quiet -- --draft-model llama-3.2-1b --acceptance-rate 0.7 --num-requests 200 > "$OUT/sweep.stdout" 2>&1 || echo "sweep exit $?" >> "$OUT/sweep.stdout"
 (cd "$OUT" && find . -type f ! -name hashes.txt | sort | xargs sha256sum > hashes.txt)
 rm -rf "$FINAL"; mv "$OUT" "$FINAL"

@@ -1,0 +1,205 @@
+// The serving loop's shortcut through stretches of repeated decode steps
+// (Scheduler::repeat_step): a simulation that takes it runs exactly the
+// plans, durations and records of one that schedules every step in full --
+// under both continuous policies, preemption, prefix caching with the
+// longest-prefix-match queue, and a full batch with requests waiting.
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "engine/serving_loop.h"
+#include "engine/simulation.h"
+#include "sim/clock.h"
+#include "sim/cost/simulated_executor.h"
+#include "sim/scheduler.h"
+#include "sim/workload.h"
+#include "support/test_support.h"
+
+using namespace servesim;
+
+namespace {
+
+// One scheduled sequence as the executor saw it, block table included.
+struct SeenSequence {
+  int64_t request_id;
+  int32_t query, cached, prefix_hit, sample_rows;
+  bool prefill, samples;
+  std::vector<int32_t> blocks;
+  bool operator==(const SeenSequence&) const = default;
+};
+
+// A simulation's executor (roofline costs) that keeps every plan it ran
+// and allows the shortcut or not.
+class RecordingExecutor final : public Executor {
+ public:
+  RecordingExecutor(const CostModel& costs, const Clock& clock, bool shortcut)
+      : inner_(costs, clock), shortcut_(shortcut) {}
+  std::string name() const override { return "recording"; }
+  bool emits_one_token_per_sequence() const override { return shortcut_; }
+  void execute(const IterationPlan& plan, IterationResult& result) override {
+    inner_.execute(plan, result);
+    std::vector<SeenSequence>& seen = plans.emplace_back();
+    for (const ScheduledSequence& s : plan.sequences)
+      seen.push_back({s.request_id, s.num_query_tokens, s.num_cached_tokens, s.prefix_hit_tokens, s.num_sample_rows,
+                      s.is_prefill, s.samples, std::vector<int32_t>(s.block_table.begin(), s.block_table.end())});
+    indices.push_back(plan.index);
+  }
+  std::vector<std::vector<SeenSequence>> plans;
+  std::vector<int64_t> indices;
+
+ private:
+  SimulatedExecutor inner_;
+  bool shortcut_;
+};
+
+struct Run {
+  RunRecords records;
+  std::vector<std::vector<SeenSequence>> plans;
+  std::vector<int64_t> indices;
+  int64_t repeated_steps = 0;
+  int64_t observed = 0;  // after_iteration calls
+};
+
+class CountingObserver final : public LoopObserver {
+ public:
+  void after_iteration(const IterationPlan& plan, const IterationResult&, const IterationRecord& rec) override {
+    ++calls;
+    if (rec.index != plan.index) mismatched = true;
+  }
+  int64_t calls = 0;
+  bool mismatched = false;
+};
+
+Run run(const SchedulerConfig& config, const Workload& workload, const CostModel& costs, bool shortcut) {
+  Scheduler scheduler(config);
+  VirtualClock clock;
+  RecordingExecutor executor(costs, clock, shortcut);
+  CountingObserver observer;
+  LoopOptions options;
+  options.observers.push_back(&observer);
+  Run out;
+  out.records = run_serving_loop(scheduler, executor, clock, workload, options);
+  out.plans = std::move(executor.plans);
+  out.indices = std::move(executor.indices);
+  out.repeated_steps = scheduler.num_repeated_steps();
+  out.observed = observer.calls;
+  REQUIRE_FALSE(observer.mismatched);
+  return out;
+}
+
+bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+void require_identical(const Run& fast, const Run& full) {
+  REQUIRE(fast.plans.size() == full.plans.size());
+  for (size_t i = 0; i < fast.plans.size(); ++i) {
+    INFO("plan " << i);
+    REQUIRE(fast.plans[i] == full.plans[i]);
+  }
+  CHECK(fast.indices == full.indices);
+  CHECK(fast.observed == full.observed);
+  const RunRecords &a = fast.records, &b = full.records;
+  REQUIRE(a.requests.size() == b.requests.size());
+  for (size_t i = 0; i < a.requests.size(); ++i) {
+    const RequestRecord &x = a.requests[i], &y = b.requests[i];
+    INFO("request " << i);
+    CHECK(same_bits(x.arrival_s, y.arrival_s));
+    CHECK(same_bits(x.first_scheduled_s, y.first_scheduled_s));
+    CHECK(same_bits(x.first_token_s, y.first_token_s));
+    CHECK(same_bits(x.last_token_s, y.last_token_s));
+    CHECK(same_bits(x.finish_s, y.finish_s));
+    CHECK(x.tokens_emitted == y.tokens_emitted);
+    CHECK(x.emissions == y.emissions);
+    CHECK(x.preemptions == y.preemptions);
+    CHECK(x.cached_tokens == y.cached_tokens);
+    CHECK(x.rejection == y.rejection);
+  }
+  REQUIRE(a.iterations.size() == b.iterations.size());
+  for (size_t i = 0; i < a.iterations.size(); ++i) {
+    const IterationRecord &x = a.iterations[i], &y = b.iterations[i];
+    INFO("iteration " << i);
+    CHECK(x.index == y.index);
+    CHECK(same_bits(x.start_s, y.start_s));
+    CHECK(same_bits(x.duration_s, y.duration_s));
+    CHECK(x.prefill_tokens == y.prefill_tokens);
+    CHECK(x.decode_tokens == y.decode_tokens);
+    CHECK(x.decode_sequences == y.decode_sequences);
+    CHECK(x.sampled_sequences == y.sampled_sequences);
+    CHECK(x.prefix_hit_tokens == y.prefix_hit_tokens);
+    CHECK(x.kv_blocks_used == y.kv_blocks_used);
+    CHECK(x.waiting == y.waiting);
+  }
+  CHECK(a.num_iterations == b.num_iterations);
+  CHECK(a.batch_tokens == b.batch_tokens);
+  CHECK(a.batch_sequences == b.batch_sequences);
+  CHECK(a.preemptions == b.preemptions);
+  CHECK(a.peak_kv_blocks == b.peak_kv_blocks);
+  CHECK(a.prefix_cache.hits_tokens == b.prefix_cache.hits_tokens);
+  CHECK(a.prefix_cache.evicted_blocks == b.prefix_cache.evicted_blocks);
+  CHECK(same_bits(a.end_s, b.end_s));
+  StreamingSamples itl_a = a.itl_s, itl_b = b.itl_s;
+  const Distribution x = itl_a.summarize(), y = itl_b.summarize();
+  CHECK(x.count == y.count);
+  CHECK(same_bits(x.mean, y.mean));
+  CHECK(same_bits(x.p50, y.p50));
+  CHECK(same_bits(x.p99, y.p99));
+  CHECK(same_bits(x.max, y.max));
+}
+
+struct Case {
+  const char* name;
+  SchedulerPolicy policy;
+  double rate;
+  int64_t requests;
+  int64_t gpu_blocks;  // 0: what the h200 holds
+  int32_t max_num_seqs;
+  int64_t shared_prefix_groups;
+  WaitingOrder order;
+};
+
+}  // namespace
+
+TEST_CASE("Repeated decode steps give the plans and records of full scheduling", "[runner][repeats]") {
+  const Case cases[] = {
+      {"chunked", SchedulerPolicy::Chunked, 20, 300, 0, 256, 0, WaitingOrder::Fcfs},
+      {"continuous", SchedulerPolicy::Continuous, 12, 200, 0, 256, 0, WaitingOrder::Fcfs},
+      {"chunked, preempting", SchedulerPolicy::Chunked, 40, 300, 1500, 256, 0, WaitingOrder::Fcfs},
+      {"continuous, preempting", SchedulerPolicy::Continuous, 40, 300, 1500, 256, 0, WaitingOrder::Fcfs},
+      {"chunked, full batch, prefix cache, lpm", SchedulerPolicy::Chunked, 30, 300, 2500, 6, 3,
+       WaitingOrder::LongestPrefixMatch},
+      {"continuous, full batch, prefix cache, lpm", SchedulerPolicy::Continuous, 30, 200, 2500, 5, 3,
+       WaitingOrder::LongestPrefixMatch},
+  };
+  for (const Case& c : cases) {
+    DYNAMIC_SECTION(c.name) {
+      SimulationSetup setup = test::roofline_setup(c.policy, c.rate, c.requests, "lognormal:600:1.0:16:2000",
+                                                   "lognormal:150:1.0:1:600", 11);
+      setup.scheduler.max_num_seqs = c.max_num_seqs;
+      if (c.gpu_blocks > 0) setup.scheduler.num_gpu_blocks = c.gpu_blocks;
+      setup.scheduler.waiting_order = c.order;
+      setup.workload.shared_prefix_groups = c.shared_prefix_groups;
+      setup.workload.shared_prefix_len = c.shared_prefix_groups > 0 ? 300 : 0;
+      const SchedulerConfig config = resolve_scheduler_config(setup);
+      const Workload workload = make_workload(setup.workload);
+      const CostModels costs = setup_cost_models(setup);
+      const Run fast = run(config, workload, *costs.target, true);
+      const Run full = run(config, workload, *costs.target, false);
+      CHECK(full.repeated_steps == 0);
+      // The shortcut was taken for a good share of the steps.
+      CHECK(fast.repeated_steps > int64_t(fast.plans.size()) / 10);
+      if (c.gpu_blocks > 0 && c.shared_prefix_groups == 0) CHECK(full.records.preemptions > 0);
+      if (c.shared_prefix_groups > 0) CHECK(full.records.prefix_cache.hits_tokens > 0);
+      require_identical(fast, full);
+    }
+  }
+}
+
+TEST_CASE("A run that may not repeat steps (speculation, static) makes none", "[runner][repeats]") {
+  SimulationSetup setup = test::roofline_setup(SchedulerPolicy::Static, 20, 100, "lognormal:300:1.0:16:1000",
+                                               "lognormal:100:1.0:1:300", 3);
+  const SchedulerConfig config = resolve_scheduler_config(setup);
+  const Workload workload = make_workload(setup.workload);
+  const CostModels costs = setup_cost_models(setup);
+  CHECK(run(config, workload, *costs.target, true).repeated_steps == 0);
+}

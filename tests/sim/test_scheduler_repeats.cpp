@@ -1,0 +1,159 @@
+// Scheduler::repeat_step against schedule() + complete(), step by step: two
+// schedulers fed the same requests, one scheduling every step in full, the
+// other repeating decode steps where it may. Their plans, block tables,
+// free blocks and prefix caches (blocks that decodes filled included) must
+// agree after every step.
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <vector>
+
+#include "sim/iteration_plan.h"
+#include "sim/request.h"
+#include "sim/scheduler.h"
+#include "support/test_support.h"
+
+using namespace servesim;
+
+namespace {
+
+class NullListener final : public SchedulerListener {
+ public:
+  void on_first_scheduled(int64_t) override {}
+  void on_tokens(int64_t, int32_t) override {}
+  void on_finished(int64_t) override {}
+  void on_preempted(int64_t) override {}
+};
+
+Request with_tokens(int64_t id, int32_t prompt, int32_t output) {
+  Request r = test::request(id, 0, 0, output);
+  r.tokens.prompt_spans = {{token_source(TokenSourceKind::RequestTail, uint64_t(id)), 0, prompt}};
+  r.tokens.output_source = token_source(TokenSourceKind::Output, uint64_t(id));
+  r.prompt_tokens = prompt;
+  return r;
+}
+
+// Request r's prompt followed by its first `generated` output tokens: what
+// the prefix cache holds of it is what its decodes cached.
+Request quoting_output(const Request& r, int32_t generated) {
+  Request q = r;
+  q.id = 1000 + r.id;
+  q.tokens.prompt_spans.push_back({r.tokens.output_source, 0, generated});
+  q.prompt_tokens = int32_t(q.tokens.prompt_tokens());
+  return q;
+}
+
+struct SeqView {
+  int64_t id;
+  int32_t query, cached;
+  bool prefill;
+  std::vector<int32_t> blocks;
+  bool operator==(const SeqView&) const = default;
+};
+
+std::vector<SeqView> view(const IterationPlan& plan) {
+  std::vector<SeqView> v;
+  for (const ScheduledSequence& s : plan.sequences)
+    v.push_back({s.request_id, s.num_query_tokens, s.num_cached_tokens, s.is_prefill,
+                 std::vector<int32_t>(s.block_table.begin(), s.block_table.end())});
+  return v;
+}
+
+// Steps both schedulers `steps` times (adding `late` before step `late_at`);
+// returns how many steps the second one repeated.
+int64_t step_side_by_side(SchedulerConfig config, const std::vector<Request>& requests, int steps,
+                          const std::vector<Request>& late = {}, int late_at = -1) {
+  Scheduler full(config), fast(config);
+  NullListener listener;
+  for (const Request& r : requests) {
+    REQUIRE_FALSE(full.add_request(r));
+    REQUIRE_FALSE(fast.add_request(r));
+  }
+  IterationPlan full_plan, fast_plan;
+  const IterationResult result;  // one token per sampling sequence
+  bool repeating = false;
+  std::vector<int32_t> generated(requests.size() + late.size(), 0);
+  for (int step = 0; step < steps && full.has_unfinished(); ++step) {
+    INFO("step " << step);
+    if (step == late_at) {
+      for (const Request& r : late) {
+        REQUIRE_FALSE(full.add_request(r));
+        REQUIRE_FALSE(fast.add_request(r));
+      }
+      repeating = false;  // an arrival ends a stretch (the serving loop's rule)
+    }
+    full.schedule(full_plan, listener);
+    // As the serving loop does: repeat while it may, else a full step.
+    const bool repeated = repeating && fast.repeat_step(fast_plan);
+    if (!repeated) fast.schedule(fast_plan, listener);
+    fast_plan.index = full_plan.index;
+    REQUIRE(view(fast_plan) == view(full_plan));
+    full.complete(full_plan, result, listener);
+    if (repeated) {
+      fast.complete_repeat();
+    } else {
+      fast.complete(fast_plan, result, listener);
+    }
+    repeating = repeated || fast.begin_repeats(fast_plan);
+    for (const ScheduledSequence& s : full_plan.sequences)
+      if (s.samples) ++generated[size_t(s.request_id)];
+    REQUIRE(fast.kv().num_free() == full.kv().num_free());
+    REQUIRE(fast.num_waiting() == full.num_waiting());
+    REQUIRE(fast.num_preemptions() == full.num_preemptions());
+    for (const Request& r : requests)
+      REQUIRE(fast.cached_prefix_tokens(quoting_output(r, generated[size_t(r.id)])) ==
+              full.cached_prefix_tokens(quoting_output(r, generated[size_t(r.id)])));
+  }
+  return fast.num_repeated_steps();
+}
+
+}  // namespace
+
+TEST_CASE("Repeated decode steps cache the blocks their tokens fill, as full steps do", "[scheduler][repeats]") {
+  for (const SchedulerPolicy policy : {SchedulerPolicy::Chunked, SchedulerPolicy::Continuous}) {
+    INFO(to_string(policy));
+    const SchedulerConfig config = test::scheduler_config(policy, 8, 512, 16, 400, 4096, 0.0);
+    const std::vector<Request> requests = {with_tokens(0, 40, 120), with_tokens(1, 33, 90), with_tokens(2, 50, 200)};
+    CHECK(step_side_by_side(config, requests, 260) > 150);
+  }
+}
+
+TEST_CASE("Repeated decode steps stop where a sequence would finish, blocks run short or a request is admitted",
+          "[scheduler][repeats]") {
+  SECTION("a cache too small for every sequence's growth: preemption") {
+    for (const SchedulerPolicy policy : {SchedulerPolicy::Chunked, SchedulerPolicy::Continuous}) {
+      INFO(to_string(policy));
+      const SchedulerConfig config = test::scheduler_config(policy, 8, 512, 16, 24, 4096, 0.0);
+      const std::vector<Request> requests = {with_tokens(0, 40, 150), with_tokens(1, 70, 120),
+                                             with_tokens(2, 20, 160)};
+      CHECK(step_side_by_side(config, requests, 500) > 50);
+    }
+  }
+  SECTION("a preempted sequence readmitted in small chunks, the step after its preemption") {
+    // Chunked, without token identity (the admission check is the plain
+    // one): a 40-token budget lets the victim back a chunk at a time.
+    const SchedulerConfig config = test::scheduler_config(SchedulerPolicy::Chunked, 8, 40, 16, 24, 4096, 0.0);
+    const std::vector<Request> requests = {test::request(0, 0, 40, 150), test::request(1, 0, 70, 120),
+                                           test::request(2, 0, 20, 160)};
+    CHECK(step_side_by_side(config, requests, 600) > 50);
+  }
+  SECTION("a full batch with a request waiting, and a late arrival that fits") {
+    for (const SchedulerPolicy policy : {SchedulerPolicy::Chunked, SchedulerPolicy::Continuous}) {
+      INFO(to_string(policy));
+      const SchedulerConfig config = test::scheduler_config(policy, 2, 512, 16, 200, 4096, 0.0);
+      const std::vector<Request> requests = {with_tokens(0, 40, 60), with_tokens(1, 30, 90), with_tokens(2, 20, 50)};
+      CHECK(step_side_by_side(config, requests, 400, {with_tokens(3, 25, 30)}, 70) > 50);
+    }
+  }
+  SECTION("a request waiting for blocks the decodes keep taking") {
+    for (const SchedulerPolicy policy : {SchedulerPolicy::Chunked, SchedulerPolicy::Continuous}) {
+      INFO(to_string(policy));
+      // Two decodes hold 17 of 40 blocks and take more; the prompt that
+      // arrives at step 5 (400 tokens, 25 blocks) waits until one finishes.
+      const SchedulerConfig config = test::scheduler_config(policy, 8, 512, 16, 40, 4096, 0.0);
+      // Without token identity: no prefix hit can change the admission.
+      const std::vector<Request> requests = {test::request(0, 0, 150, 100), test::request(1, 0, 100, 60)};
+      CHECK(step_side_by_side(config, requests, 400, {test::request(2, 0, 400, 20)}, 5) > 80);
+    }
+  }
+}
