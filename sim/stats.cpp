@@ -4,6 +4,8 @@
 #include <array>
 #include <bit>
 #include <cmath>
+#include <limits>
+#include <stdexcept>
 #include <utility>
 
 #include "sim/repeated_sum.h"
@@ -73,7 +75,10 @@ Distribution summarize(std::vector<double>& values) {
   return d;
 }
 
-StreamingSamples::StreamingSamples(size_t exact_limit) : exact_limit_(exact_limit) {}
+StreamingSamples::StreamingSamples(size_t exact_limit) : exact_limit_(exact_limit) {
+  if (exact_limit_ > size_t(std::numeric_limits<int32_t>::max()))
+    throw std::invalid_argument("StreamingSamples: an exact limit beyond 2^31 - 1 samples");
+}
 
 void StreamingSamples::add_new_value(double value) {
   if (count_ == 0) {
@@ -105,7 +110,7 @@ void StreamingSamples::add_repeated(double value, int64_t n) {
     // add() made `value` the last run's: the run grows up to the exact limit.
     const int64_t m = std::min(n, int64_t(exact_limit_) - exact_count_);
     if (m > 0) {
-      runs_.back().count += m;
+      runs_.back().count += int32_t(m);  // within the exact limit
       exact_count_ += m;
       count_ += m;
       sum_ = add_repeatedly(sum_, value, m);

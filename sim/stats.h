@@ -58,10 +58,14 @@ class StreamingSamples {
 
   // The exact samples as runs of equal values in arrival order: every
   // sequence of a decode step adds the same gap, so a run-length list is
-  // far shorter than the samples, and sorting it far cheaper.
-  struct Run {
+  // far shorter than the samples, and sorting it far cheaper. Packed in 12
+  // bytes, not 16: a long run keeps one a decode step, hundreds of
+  // thousands, and first touching memory is much of a short simulation's
+  // time (docs/performance.md). A run holds at most exact_limit samples,
+  // which the constructor keeps below 2^31.
+  struct [[gnu::packed]] Run {
     double value;
-    int64_t count;
+    int32_t count;
   };
   void add_exact(double value);
   void add_new_value(double value);  // add() of any other sample
