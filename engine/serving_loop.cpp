@@ -102,7 +102,24 @@ struct ReplicaLoop {
   MetricsRecorder recorder;
   IterationPlan plan;
   IterationResult result;
-  ReplicaLoop(const ServingReplica& p, RunRecords& records) : parts(p), recorder(records) { refresh(); }
+  // A stretch of repeated decode steps (Scheduler::repeat_step) is on, and
+  // the steps it repeated so far, their emissions not yet recorded per
+  // request. Only where the executor emits one token a sequence.
+  bool may_repeat = false;
+  bool repeating = false;
+  int32_t repeats = 0;
+  ReplicaLoop(const ServingReplica& p, RunRecords& records)
+      : parts(p), recorder(records), may_repeat(p.executor->emits_one_token_per_sequence()) {
+    refresh();
+  }
+  // The stretch is over: each of its sequences' emissions recorded, the
+  // last one now (before the plan is scheduled anew).
+  void end_repeats() {
+    recorder.set_now(now());
+    recorder.on_repeated_tokens(plan, repeats);
+    repeating = false;
+    repeats = 0;
+  }
   bool busy() const { return parts.scheduler->has_unfinished(); }
   double now() const { return parts.clock->now(); }
   bool cached_busy() const { return busy_; }
@@ -221,31 +238,14 @@ RunRecords run_cluster_loop(std::span<const ServingReplica> replica_parts, Route
   if (workload.closed_loop)
     for (int64_t c = 0; c < workload.concurrency && releases < total; ++c) closed_releases.emplace(0.0, releases++);
 
-  // The shortcut through stretches of repeated decode steps (one replica,
-  // an executor that emits one token a sequence): while the step just done
-  // can be repeated as it is (no sequence finishes, no request can be
-  // admitted), the repeats skip the per-sequence scheduling and
-  // bookkeeping. Their plans, durations and records are the full path's
-  // (Scheduler::repeat_step).
-  const bool may_repeat = replicas.size() == 1 && replica_parts[0].executor->emits_one_token_per_sequence();
+  // Stretches of repeated decode steps (ReplicaLoop::repeating): while a
+  // replica's last step can be repeated as it is (every running sequence
+  // decodes one token, none finishes, no request can be admitted), its
+  // steps skip the per-sequence scheduling and bookkeeping. Their plans,
+  // durations and records are the full path's (Scheduler::repeat_step).
   int64_t iteration = 0;
   const auto wall_start = std::chrono::steady_clock::now();
   auto last_report = wall_start;
-  // An iteration's record kept and counted, its observers told, progress.
-  auto end_iteration = [&](const IterationRecord& rec, const IterationPlan& plan, const IterationResult& result,
-                           double now_s) {
-    records.batch_tokens += rec.prefill_tokens + rec.decode_tokens;
-    records.batch_sequences += rec.prefill_sequences + rec.decode_sequences;
-    if (options.keep_iterations) records.iterations.push_back(rec);
-    for (LoopObserver* o : options.observers) o->after_iteration(plan, result, rec);
-    if (options.progress && (plan.index & 1023) == 0) {
-      const auto now = std::chrono::steady_clock::now();
-      if (now - last_report > std::chrono::seconds(1)) {
-        last_report = now;
-        options.progress(RunProgress{finished, total, plan.index + 1, now_s});
-      }
-    }
-  };
   for (;;) {
     // The replica whose next iteration starts first (the lowest index of equals).
     ReplicaLoop* earliest = nullptr;
@@ -270,29 +270,44 @@ RunRecords run_cluster_loop(std::span<const ServingReplica> replica_parts, Route
     Scheduler& scheduler = *rep.parts.scheduler;
     IterationPlan& plan = rep.plan;
     IterationResult& result = rep.result;
-    rep.recorder.set_now(rep.now());
-    plan.index = iteration++;
     IterationRecord rec;
-    rec.index = plan.index;
     rec.start_s = rep.now();
     rec.waiting = int32_t(scheduler.num_waiting());
     if (several) rec.replica = int32_t(size_t(&rep - replicas.data()) / group);
-    scheduler.schedule(plan, rep.recorder);
+    // In a stretch, the last step again if the scheduler can repeat it as
+    // it is; otherwise the stretch ends and the step is scheduled in full.
+    const bool repeat = rep.repeating && scheduler.repeat_step(plan);
+    if (rep.repeating && !repeat) rep.end_repeats();
+    plan.index = iteration++;
+    rec.index = plan.index;
+    if (!repeat) {
+      rep.recorder.set_now(rep.now());
+      scheduler.schedule(plan, rep.recorder);
+    }
 
     result.reset();
     for (LoopObserver* o : options.observers) o->before_execute(plan);
     rep.parts.executor->execute(plan, result);
     rep.parts.clock->advance(result.duration_s);
-    rep.recorder.set_now(rep.now());
     rec.kv_blocks_used = scheduler.kv().num_used();
-    scheduler.complete(plan, result, rep.recorder);
-    rep.refresh();
-    for (int64_t id : rep.recorder.completed_ids()) {
-      rep.parts.executor->on_request_finished(id);
-      follow_ups.finished(id, records.requests[size_t(id)].finish_s);
+    if (repeat) {
+      scheduler.complete_repeat();
+      // Every sequence's gap: now less its last emission, the step's start.
+      rep.recorder.on_repeated_step(rep.now() - rec.start_s, int64_t(plan.sequences.size()));
+      ++rep.repeats;
+      rep.refresh();
+    } else {
+      rep.recorder.set_now(rep.now());
+      scheduler.complete(plan, result, rep.recorder);
+      rep.refresh();
+      for (int64_t id : rep.recorder.completed_ids()) {
+        rep.parts.executor->on_request_finished(id);
+        follow_ups.finished(id, records.requests[size_t(id)].finish_s);
+      }
+      rep.recorder.completed_ids().clear();
+      absorb_finished(rep, rep.now());
+      rep.repeating = rep.may_repeat && scheduler.begin_repeats(plan);
     }
-    rep.recorder.completed_ids().clear();
-    absorb_finished(rep, rep.now());
 
     rec.duration_s = result.duration_s;
     rec.prefill_tokens = plan.num_prefill_tokens;
@@ -301,36 +316,22 @@ RunRecords run_cluster_loop(std::span<const ServingReplica> replica_parts, Route
     rec.decode_sequences = plan.num_decode_sequences;
     rec.sampled_sequences = plan.num_sampling_sequences;
     rec.prefix_hit_tokens = plan.num_prefix_hit_tokens;
-    end_iteration(rec, plan, result, rep.now());
+    records.batch_tokens += rec.prefill_tokens + rec.decode_tokens;
+    records.batch_sequences += rec.prefill_sequences + rec.decode_sequences;
+    if (options.keep_iterations) records.iterations.push_back(rec);
+    for (LoopObserver* o : options.observers) o->after_iteration(plan, result, rec);
 
-    if (!may_repeat || !scheduler.begin_repeats(plan)) continue;
-    int32_t repeats = 0;
-    for (;;) {
-      // Requests due by now are submitted first, as at the top of the loop;
-      // the stretch goes on while they wait without a chance of admission.
-      for (double event = next_event_time(); event <= rep.now(); event = next_event_time())
-        absorb_finished(submit_next_event(), event);
-      if (!scheduler.repeat_step(plan)) break;
-      plan.index = iteration++;
-      rec.index = plan.index;
-      rec.start_s = rep.now();
-      rec.waiting = int32_t(scheduler.num_waiting());
-      result.reset();
-      for (LoopObserver* o : options.observers) o->before_execute(plan);
-      rep.parts.executor->execute(plan, result);
-      rep.parts.clock->advance(result.duration_s);
-      rec.kv_blocks_used = scheduler.kv().num_used();
-      scheduler.complete_repeat();
-      // Every sequence's gap: now less its last emission, the step's start.
-      rep.recorder.on_repeated_step(rep.now() - rec.start_s, int64_t(plan.sequences.size()));
-      ++repeats;
-      rec.duration_s = result.duration_s;
-      end_iteration(rec, plan, result, rep.now());
+    if (options.progress && (plan.index & 1023) == 0) {
+      const auto now = std::chrono::steady_clock::now();
+      if (now - last_report > std::chrono::seconds(1)) {
+        last_report = now;
+        options.progress(RunProgress{finished, total, plan.index + 1, rep.now()});
+      }
     }
-    rep.recorder.set_now(rep.now());
-    rep.recorder.on_repeated_tokens(plan, repeats);
-    rep.refresh();
   }
+  // A stretch ends with the step in which a sequence finishes; none is left.
+  for (ReplicaLoop& rep : replicas)
+    if (rep.repeating) rep.end_repeats();
   records.num_iterations = iteration;
   records.preemptions = 0;  // the schedulers' counts (the recorders count them too)
   for (const ReplicaLoop& rep : replicas) {

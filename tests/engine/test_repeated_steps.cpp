@@ -7,8 +7,10 @@
 
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <vector>
 
+#include "engine/router.h"
 #include "engine/serving_loop.h"
 #include "engine/simulation.h"
 #include "sim/clock.h"
@@ -192,6 +194,51 @@ TEST_CASE("Repeated decode steps give the plans and records of full scheduling",
       if (c.shared_prefix_groups > 0) CHECK(full.records.prefix_cache.hits_tokens > 0);
       require_identical(fast, full);
     }
+  }
+}
+
+TEST_CASE("Replicas behind a router repeat decode steps as one replica does", "[runner][repeats]") {
+  // Each replica's stretches are interleaved with the others' steps and
+  // with arrivals routed on the replicas' state.
+  for (const RouterPolicy policy : {RouterPolicy::RoundRobin, RouterPolicy::LeastRequests, RouterPolicy::PrefixAffinity}) {
+    INFO("router " << int(policy));
+    SimulationSetup setup = test::roofline_setup(SchedulerPolicy::Chunked, 60, 400, "lognormal:600:1.0:16:2000",
+                                                 "lognormal:150:1.0:1:600", 5);
+    setup.scheduler.num_gpu_blocks = 3000;
+    setup.workload.shared_prefix_groups = 4;
+    setup.workload.shared_prefix_len = 200;
+    const SchedulerConfig config = resolve_scheduler_config(setup);
+    const Workload workload = make_workload(setup.workload);
+    const CostModels costs = setup_cost_models(setup);
+    std::vector<Run> runs;
+    for (const bool shortcut : {true, false}) {
+      std::vector<std::unique_ptr<Scheduler>> schedulers;
+      std::vector<std::unique_ptr<VirtualClock>> clocks;
+      std::vector<std::unique_ptr<RecordingExecutor>> executors;
+      std::vector<ServingReplica> parts;
+      for (int j = 0; j < 3; ++j) {
+        schedulers.push_back(std::make_unique<Scheduler>(config));
+        clocks.push_back(std::make_unique<VirtualClock>());
+        executors.push_back(std::make_unique<RecordingExecutor>(*costs.target, *clocks.back(), shortcut));
+        parts.push_back({schedulers.back().get(), executors.back().get(), clocks.back().get()});
+      }
+      RouterSettings settings;
+      settings.policy = policy;
+      Router router(settings);
+      Run& run = runs.emplace_back();
+      run.records = run_cluster_loop(parts, router, workload);
+      for (int j = 0; j < 3; ++j) {
+        // Every replica's plans, one after another, in its own order.
+        for (auto& plan : executors[size_t(j)]->plans) run.plans.push_back(std::move(plan));
+        for (int64_t index : executors[size_t(j)]->indices) run.indices.push_back(index);
+        run.repeated_steps += schedulers[size_t(j)]->num_repeated_steps();
+      }
+    }
+    CHECK(runs[0].repeated_steps > int64_t(runs[0].plans.size()) / 10);
+    CHECK(runs[1].repeated_steps == 0);
+    for (size_t i = 0; i < runs[0].records.requests.size(); ++i)
+      REQUIRE(runs[0].records.requests[i].replica == runs[1].records.requests[i].replica);
+    require_identical(runs[0], runs[1]);
   }
 }
 
