@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs a fixed set of simulate and sweep commands (roofline and profile cost
 # models, every scheduler, preemption, traces, closed loops, speculation,
-# draws) with the servesim binary SERVESIM into OUT, and writes OUT/hashes.txt.
+# draws, prefix caching under lpm, sessions, TP, PP, replicas behind a
+# router) with the servesim binary SERVESIM into OUT, and writes OUT/hashes.txt.
 # Two builds' folders compared with compare.py show whether a change moved any
 # simulated number (docs/redesign.md).
 #
