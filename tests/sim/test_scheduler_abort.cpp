@@ -3,18 +3,11 @@
 #include <catch2/catch.hpp>
 
 #include "sim/scheduler.h"
+#include "support/test_support.h"
 
 using namespace servesim;
 
 namespace {
-
-class Quiet final : public SchedulerListener {
- public:
-  void on_first_scheduled(int64_t) override {}
-  void on_tokens(int64_t, int32_t) override {}
-  void on_finished(int64_t) override {}
-  void on_preempted(int64_t) override {}
-};
 
 Request request(int64_t id, int32_t prompt, int32_t output) {
   Request r;
@@ -36,7 +29,7 @@ TEST_CASE("sim: abort_request frees a running request's blocks and drops a waiti
   c.max_model_len = 256;
   c.watermark = 0;
   Scheduler s(c);
-  Quiet quiet;
+  test::QuietListener quiet;
   REQUIRE_FALSE(s.add_request(request(7, 40, 10)));
   REQUIRE_FALSE(s.add_request(request(8, 20, 10)));
   IterationPlan plan;

@@ -17,14 +17,6 @@ using namespace servesim;
 
 namespace {
 
-class NullListener final : public SchedulerListener {
- public:
-  void on_first_scheduled(int64_t) override {}
-  void on_tokens(int64_t, int32_t) override {}
-  void on_finished(int64_t) override {}
-  void on_preempted(int64_t) override {}
-};
-
 Request with_tokens(int64_t id, int32_t prompt, int32_t output) {
   Request r = test::request(id, 0, 0, output);
   r.tokens.prompt_spans = {{token_source(TokenSourceKind::RequestTail, uint64_t(id)), 0, prompt}};
@@ -64,7 +56,7 @@ std::vector<SeqView> view(const IterationPlan& plan) {
 int64_t step_side_by_side(SchedulerConfig config, const std::vector<Request>& requests, int steps,
                           const std::vector<Request>& late = {}, int late_at = -1) {
   Scheduler full(config), fast(config);
-  NullListener listener;
+  test::QuietListener listener;
   for (const Request& r : requests) {
     REQUIRE_FALSE(full.add_request(r));
     REQUIRE_FALSE(fast.add_request(r));

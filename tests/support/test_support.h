@@ -163,6 +163,15 @@ inline ModelSpec small_model(std::string name, int64_t d, int64_t I, int64_t L, 
   return m;
 }
 
+// A scheduler listener that records nothing.
+class QuietListener final : public SchedulerListener {
+ public:
+  void on_first_scheduled(int64_t) override {}
+  void on_tokens(int64_t, int32_t) override {}
+  void on_finished(int64_t) override {}
+  void on_preempted(int64_t) override {}
+};
+
 // A scheduler configuration with every field given.
 inline SchedulerConfig scheduler_config(SchedulerPolicy policy, int32_t max_num_seqs,
                                         int32_t max_num_batched_tokens, int32_t block_size,
