@@ -102,9 +102,11 @@ struct ReplicaLoop {
   MetricsRecorder recorder;
   IterationPlan plan;
   IterationResult result;
-  // A stretch of repeated decode steps (Scheduler::repeat_step) is on, and
-  // the steps it repeated so far, their emissions not yet recorded per
-  // request. Only where the executor emits one token a sequence.
+  // A stretch of repeated decode steps is on (while the replica's last step
+  // can be repeated as it is, Scheduler::repeat_step, its steps skip the
+  // per-sequence scheduling and bookkeeping), and the steps it repeated so
+  // far, their emissions not yet recorded per request. Only where the
+  // executor emits one token a sequence.
   bool may_repeat = false;
   bool repeating = false;
   int32_t repeats = 0;
@@ -238,11 +240,6 @@ RunRecords run_cluster_loop(std::span<const ServingReplica> replica_parts, Route
   if (workload.closed_loop)
     for (int64_t c = 0; c < workload.concurrency && releases < total; ++c) closed_releases.emplace(0.0, releases++);
 
-  // Stretches of repeated decode steps (ReplicaLoop::repeating): while a
-  // replica's last step can be repeated as it is (every running sequence
-  // decodes one token, none finishes, no request can be admitted), its
-  // steps skip the per-sequence scheduling and bookkeeping. Their plans,
-  // durations and records are the full path's (Scheduler::repeat_step).
   int64_t iteration = 0;
   const auto wall_start = std::chrono::steady_clock::now();
   auto last_report = wall_start;

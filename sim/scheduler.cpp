@@ -158,12 +158,12 @@ int32_t Scheduler::cached_prefix_tokens(const Request& request) const {
   return int32_t(int64_t(hit.size()) * kv_.block_size());
 }
 
-bool Scheduler::admission_fits(const Sequence& s, int64_t tokens) const {
+bool Scheduler::admission_fits(const Sequence& s, int64_t tokens, int64_t free_blocks) const {
   // Hit blocks nobody holds sit in the free queue: taking them uses up free
   // blocks as a new allocation does (vLLM's allocate_slots counts them as
   // num_evictable_computed_blocks).
   const int64_t need = kv_.blocks_for(tokens) - int64_t(s.blocks.size()) - int64_t(hit_.size());
-  return kv_.num_free() - kv_.count_free(hit_) - need >= watermark_blocks_;
+  return free_blocks - kv_.count_free(hit_) - need >= watermark_blocks_;
 }
 
 void Scheduler::take_prefix_hit(Sequence& s, SchedulerListener& listener) {
@@ -332,7 +332,7 @@ void Scheduler::schedule_continuous(IterationPlan& plan, SchedulerListener& list
     Sequence& s = slots_[size_t(slot)];
     const int32_t hit = find_prefix_hit(s);
     if (tokens + s.remaining() - hit > config_.max_num_batched_tokens) break;
-    if (!admission_fits(s, s.total())) break;
+    if (!admission_fits(s, s.total(), kv_.num_free())) break;
     take_prefix_hit(s, listener);
     kv_.grow_to(s.blocks, s.total());
     tokens += s.remaining();
@@ -388,7 +388,7 @@ void Scheduler::schedule_chunked(IterationPlan& plan, SchedulerListener& listene
       Sequence& s = slots_[size_t(slot)];
       const int32_t hit = find_prefix_hit(s);
       const int64_t chunk = std::min(int64_t(s.remaining()) - hit, budget);
-      if (!admission_fits(s, int64_t(hit) + chunk)) break;
+      if (!admission_fits(s, int64_t(hit) + chunk, kv_.num_free())) break;
       take_prefix_hit(s, listener);
       kv_.grow_to(s.blocks, s.computed + chunk);
       waiting_.pop_front();
@@ -448,10 +448,6 @@ void Scheduler::complete(const IterationPlan& plan, const IterationResult& resul
   running_.erase(done, running_.end());
 }
 
-}  // namespace servesim
-
-namespace servesim {
-
 bool Scheduler::begin_repeats(const IterationPlan& plan) {
   repeats_left_ = 0;
   if (config_.policy == SchedulerPolicy::Static || config_.num_speculative_tokens > 0 || running_.empty()) return false;
@@ -475,13 +471,12 @@ bool Scheduler::repeat_step(IterationPlan& plan) {
   if (repeats_left_ <= 0) return false;
   // A sequence whose next token starts a block takes one free block; were
   // they short, schedule() would preempt.
-  const int64_t block_size = kv_.block_size();
   const bool may_admit = !waiting_.empty() && running_.size() < size_t(config_.max_num_seqs);
   int64_t growths = 0;  // counted where it matters
   if (may_admit || kv_.num_free() < int64_t(running_.size())) {
     for (const int32_t slot : running_) {
       const Sequence& s = slots_[size_t(slot)];
-      growths += int64_t(s.computed) + 1 > int64_t(s.blocks.size()) * block_size ? 1 : 0;
+      growths += holds(s, int64_t(s.computed) + 1) ? 0 : 1;
     }
     if (growths > kv_.num_free()) return false;
   }
@@ -499,7 +494,7 @@ bool Scheduler::repeat_step(IterationPlan& plan) {
   for (size_t k = 0; k < planned_slots_.size(); ++k) {
     Sequence& s = slots_[size_t(planned_slots_[k])];
     ScheduledSequence& item = plan.sequences[k];
-    if (int64_t(s.computed) + 1 > int64_t(s.blocks.size()) * block_size) {
+    if (!holds(s, int64_t(s.computed) + 1)) {
       kv_.grow_to(s.blocks, int64_t(s.computed) + 1);
       item.block_table = std::span<const int32_t>(s.blocks);
     }
@@ -518,16 +513,15 @@ bool Scheduler::could_admit_first_waiting(int64_t free_blocks) const {
   if (uses_prefix_cache(s) || (config_.waiting_order == WaitingOrder::LongestPrefixMatch &&
                                config_.enable_prefix_caching && waiting_.size() > 1))
     return true;
-  // admission_fits without a hit, for what each policy would admit: a
-  // chunk within the budget the decodes leave, or the whole sequence.
+  // Without a hit (hit_ is empty between steps), for what each policy would
+  // admit: a chunk within the budget the decodes leave, or the whole sequence.
   int64_t tokens = s.total();
   if (config_.policy == SchedulerPolicy::Chunked) {
     const int64_t budget = int64_t(config_.max_num_batched_tokens) - int64_t(running_.size());
     if (budget <= 0) return false;
     tokens = std::min<int64_t>(s.remaining(), budget);
   }
-  const int64_t need = kv_.blocks_for(tokens) - int64_t(s.blocks.size());
-  return free_blocks - need >= watermark_blocks_;
+  return admission_fits(s, tokens, free_blocks);
 }
 
 void Scheduler::complete_repeat() {

@@ -178,6 +178,10 @@ class Scheduler {
     bool in_prefill() const { return remaining() > 1 || generated == 0; }
   };
 
+  // Whether the sequence's blocks have room for `tokens` tokens.
+  bool holds(const Sequence& s, int64_t tokens) const {
+    return tokens <= int64_t(s.blocks.size()) * kv_.block_size();
+  }
   int32_t new_slot();
   void free_slot(int32_t slot);
   void add_to_plan(IterationPlan& plan, int32_t slot, int32_t query_tokens,
@@ -192,7 +196,7 @@ class Scheduler {
     return config_.enable_prefix_caching && !s.tokens.empty();
   }
   int32_t find_prefix_hit(Sequence& s);
-  bool admission_fits(const Sequence& s, int64_t tokens) const;
+  bool admission_fits(const Sequence& s, int64_t tokens, int64_t free_blocks) const;  // with free_blocks free
   void take_prefix_hit(Sequence& s, SchedulerListener& listener);
   // Gives the blocks that the first `tokens` tokens fill their keys, so
   // later prompts (in this very step too) can find them.
@@ -212,8 +216,7 @@ class Scheduler {
   bool reserve_decode_slot(size_t i, int32_t& query_tokens, SchedulerListener& listener) {
     // Most steps stay inside the sequence's last block: nothing to grow.
     const Sequence& s = slots_[size_t(running_[i])];
-    return int64_t(s.computed) + query_tokens <= int64_t(s.blocks.size()) * kv_.block_size() ||
-           grow_decode_slot(i, query_tokens, listener);
+    return holds(s, int64_t(s.computed) + query_tokens) || grow_decode_slot(i, query_tokens, listener);
   }
   bool grow_decode_slot(size_t i, int32_t& query_tokens, SchedulerListener& listener);
   // Whether the next step could admit the first waiting request with
