@@ -138,8 +138,7 @@ void StreamingSamples::add_exact(double value) {
 void StreamingSamples::merge(const StreamingSamples& other) {
   if (other.count_ == 0) return;
   if (other.histogram_.empty()) {
-    for (const Run& run : other.runs_)
-      for (int64_t i = 0; i < run.count; ++i) add(run.value);
+    for (const Run& run : other.runs_) add_repeated(run.value, run.count);
     return;
   }
   const double min_seen = count_ ? std::min(min_, other.min_) : other.min_;
