@@ -103,7 +103,7 @@ struct ReplicaLoop {
   IterationPlan plan;
   IterationResult result;
   // A stretch of repeated decode steps is on (while the replica's last step
-  // can be repeated as it is, Scheduler::repeat_step, its steps skip the
+  // can be repeated, Scheduler::repeat_step, its steps skip the
   // per-sequence scheduling and bookkeeping), and the steps it repeated so
   // far, their emissions not yet recorded per request. Only where the
   // executor emits one token a sequence.
@@ -287,15 +287,9 @@ RunRecords run_cluster_loop(std::span<const ServingReplica> replica_parts, Route
     rep.parts.executor->execute(plan, result);
     rep.parts.clock->advance(result.duration_s);
     rec.kv_blocks_used = scheduler.kv().num_used();
-    if (repeat) {
-      scheduler.complete_repeat();
-      // Every sequence's gap: now less its last emission, the step's start.
-      rep.recorder.on_repeated_step(rep.now() - rec.start_s, int64_t(plan.sequences.size()));
-      ++rep.repeats;
-      rep.refresh();
-    } else {
-      rep.recorder.set_now(rep.now());
-      scheduler.complete(plan, result, rep.recorder);
+    // The requests the step completed: their executor state goes, their
+    // follow-up turns and closed-loop clients are released.
+    auto after_completions = [&] {
       rep.refresh();
       for (int64_t id : rep.recorder.completed_ids()) {
         rep.parts.executor->on_request_finished(id);
@@ -303,6 +297,26 @@ RunRecords run_cluster_loop(std::span<const ServingReplica> replica_parts, Route
       }
       rep.recorder.completed_ids().clear();
       absorb_finished(rep, rep.now());
+    };
+    if (repeat) {
+      const bool finishes = scheduler.complete_repeat();
+      // Every sequence's gap: now less its last emission, the step's start.
+      rep.recorder.on_repeated_step(rep.now() - rec.start_s, int64_t(plan.sequences.size()));
+      ++rep.repeats;
+      if (finishes) {
+        // Sequences emitted their last token: the stretch's emissions are
+        // recorded, those sequences retired, and the others may go on.
+        rep.end_repeats();
+        scheduler.retire_repeated(rep.recorder);
+        after_completions();
+        rep.repeating = scheduler.begin_repeats(plan);
+      } else {
+        rep.refresh();
+      }
+    } else {
+      rep.recorder.set_now(rep.now());
+      scheduler.complete(plan, result, rep.recorder);
+      after_completions();
       rep.repeating = rep.may_repeat && scheduler.begin_repeats(plan);
     }
 

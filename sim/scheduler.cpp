@@ -409,6 +409,7 @@ void Scheduler::complete(const IterationPlan& plan, const IterationResult& resul
   if (planned_slots_.size() != plan.sequences.size())
     throw std::logic_error("Scheduler::complete called with a plan it did not make");
   bool any_finished = false;
+  finished_in_plan_.clear();
   for (size_t k = 0; k < plan.sequences.size(); ++k) {
     const ScheduledSequence& item = plan.sequences[k];
     Sequence& s = slots_[size_t(planned_slots_[k])];
@@ -436,10 +437,14 @@ void Scheduler::complete(const IterationPlan& plan, const IterationResult& resul
     if (s.generated >= s.output_tokens || eos) {
       s.finished = true;
       any_finished = true;
+      finished_in_plan_.push_back(int32_t(k));
       listener.on_finished(s.request_id);
     }
   }
-  if (!any_finished) return;
+  if (any_finished) remove_finished_from_running();
+}
+
+void Scheduler::remove_finished_from_running() {
   auto done = std::remove_if(running_.begin(), running_.end(), [&](int32_t slot) {
     if (!slots_[size_t(slot)].finished) return false;
     free_slot(slot);
@@ -450,21 +455,63 @@ void Scheduler::complete(const IterationPlan& plan, const IterationResult& resul
 
 bool Scheduler::begin_repeats(const IterationPlan& plan) {
   repeats_left_ = 0;
+  convert_plan_ = false;
   if (config_.policy == SchedulerPolicy::Static || config_.num_speculative_tokens > 0 || running_.empty()) return false;
-  // Decodes of one token each (every query token counted once per sequence)
-  // of exactly the running sequences, in their order: none finished, was
-  // preempted or admitted.
-  const auto n = int32_t(running_.size());
-  if (plan.num_prefill_sequences > 0 || plan.num_decode_sequences != n || plan.num_decode_tokens != n ||
-      !std::equal(planned_slots_.begin(), planned_slots_.end(), running_.begin(), running_.end()))
+  // Every item sampled one token: decodes of one query token each and
+  // prefills' last chunks (which decode from now on).
+  if (plan.num_sampling_sequences != int32_t(plan.sequences.size()) ||
+      plan.num_decode_tokens != plan.num_decode_sequences)
     return false;
+  // The plan's unfinished sequences are exactly the running ones, in their
+  // order (none was preempted or admitted since), and every one of them
+  // decodes in the next step: a chunked step's budget holds them all.
+  if (planned_slots_.size() - finished_in_plan_.size() != running_.size()) return false;
+  if (config_.policy == SchedulerPolicy::Chunked && int64_t(running_.size()) > config_.max_num_batched_tokens)
+    return false;
+  size_t r = 0, f = 0;
+  for (size_t k = 0; k < planned_slots_.size(); ++k) {
+    if (f < finished_in_plan_.size() && size_t(finished_in_plan_[f]) == k) {
+      ++f;
+      continue;
+    }
+    if (planned_slots_[k] != running_[r++]) return false;
+  }
   int64_t steps_to_finish = std::numeric_limits<int64_t>::max();
   for (const int32_t slot : running_) {
     const Sequence& s = slots_[size_t(slot)];
     steps_to_finish = std::min<int64_t>(steps_to_finish, s.output_tokens - s.generated);
   }
-  repeats_left_ = steps_to_finish - 1;  // the finishing step goes through schedule()
-  return repeats_left_ > 0;
+  // The step in which the first sequences finish is repeated too: it is the
+  // plan's decodes as any other (retire_repeated then retires them).
+  repeats_left_ = steps_to_finish;
+  convert_plan_ = plan.num_prefill_sequences > 0 || !finished_in_plan_.empty();
+  return true;
+}
+
+void Scheduler::convert_to_decodes(IterationPlan& plan) {
+  // Drop the finished sequences' items and turn the last prefill chunks
+  // into decodes: what schedule() would plan for the running sequences.
+  size_t kept = 0, f = 0;
+  for (size_t k = 0; k < plan.sequences.size(); ++k) {
+    if (f < finished_in_plan_.size() && size_t(finished_in_plan_[f]) == k) {
+      ++f;
+      continue;
+    }
+    ScheduledSequence& item = plan.sequences[kept] = plan.sequences[k];
+    planned_slots_[kept++] = planned_slots_[k];
+    item.num_query_tokens = 1;
+    item.is_prefill = false;
+    item.samples = true;
+    item.num_sample_rows = 1;
+    item.prefix_hit_tokens = 0;
+  }
+  plan.sequences.resize(kept);
+  planned_slots_.resize(kept);
+  finished_in_plan_.clear();
+  const auto n = int32_t(kept);
+  plan.num_prefill_tokens = plan.num_prefill_sequences = plan.num_prefix_hit_tokens = 0;
+  plan.num_decode_tokens = plan.num_decode_sequences = plan.num_sampling_sequences = plan.num_sample_rows = n;
+  convert_plan_ = false;
 }
 
 bool Scheduler::repeat_step(IterationPlan& plan) {
@@ -486,6 +533,7 @@ bool Scheduler::repeat_step(IterationPlan& plan) {
   if (may_admit &&
       could_admit_first_waiting(config_.policy == SchedulerPolicy::Chunked ? kv_.num_free() - growths : kv_.num_free()))
     return false;
+  if (convert_plan_) convert_to_decodes(plan);
   --repeats_left_;
   ++repeated_steps_;
   // As schedule() does it: continuous orders the queue before its decodes,
@@ -524,13 +572,27 @@ bool Scheduler::could_admit_first_waiting(int64_t free_blocks) const {
   return admission_fits(s, tokens, free_blocks);
 }
 
-void Scheduler::complete_repeat() {
+bool Scheduler::complete_repeat() {
   // Each sequence emitted its one token: its KV now holds the token before.
   for (const int32_t slot : planned_slots_) {
     Sequence& s = slots_[size_t(slot)];
     ++s.computed;
     ++s.generated;
   }
+  return repeats_left_ == 0;
+}
+
+void Scheduler::retire_repeated(SchedulerListener& listener) {
+  // As complete() does, in plan order: the finished sequences leave.
+  finished_in_plan_.clear();
+  for (size_t k = 0; k < planned_slots_.size(); ++k) {
+    Sequence& s = slots_[size_t(planned_slots_[k])];
+    if (s.generated < s.output_tokens) continue;
+    s.finished = true;
+    finished_in_plan_.push_back(int32_t(k));
+    listener.on_finished(s.request_id);
+  }
+  remove_finished_from_running();
 }
 
 }  // namespace servesim

@@ -123,22 +123,27 @@ class Scheduler {
                 SchedulerListener& listener);
 
   // Repeated decode steps: the serving loop's shortcut through stretches in
-  // which every running sequence decodes one token a step and nothing else
-  // happens. After complete() of a step, begin_repeats(plan) says whether
-  // that step may be repeated: it decoded one token of every running
-  // sequence, in running order, without speculation (not under the static
-  // policy), and no sequence would finish in the next one. Each
-  // repeat_step(plan) then turns `plan` into the next step, exactly what
-  // schedule() would make (blocks grown, full blocks cached, the waiting
-  // queue ordered), or returns false with nothing changed when the next
-  // step would differ: a sequence would finish, the free blocks would not
-  // hold every new one, or a waiting request might be admitted. After the
-  // executor ran it, complete_repeat() applies it as complete() would,
-  // without telling a listener: the caller records the emissions
-  // (MetricsRecorder::on_repeated_step and on_repeated_tokens).
+  // which every running sequence decodes one token a step. After complete()
+  // of a step, begin_repeats(plan) says whether the next steps may reuse
+  // its plan: every item sampled one token (decodes of one query token,
+  // prefills' last chunks), without speculation (not under the static
+  // policy), and its unfinished sequences are the running ones, in their
+  // order. Each repeat_step(plan) then turns `plan` into the next step,
+  // exactly what schedule() would make (finished sequences dropped, last
+  // prefill chunks turned into decodes, blocks grown, full blocks cached,
+  // the waiting queue ordered), or returns false with nothing changed when
+  // the next step would differ: the free blocks would not hold every new
+  // one, or a waiting request might be admitted. After the executor ran it,
+  // complete_repeat() applies it as complete() would, without telling a
+  // listener: the caller records the emissions
+  // (MetricsRecorder::on_repeated_step and on_repeated_tokens). It returns
+  // true when sequences emitted their last token: once their emissions are
+  // recorded, retire_repeated() tells the listener they finished and drops
+  // them, and begin_repeats(plan) may go on with the others.
   bool begin_repeats(const IterationPlan& plan);
   bool repeat_step(IterationPlan& plan);
-  void complete_repeat();
+  bool complete_repeat();
+  void retire_repeated(SchedulerListener& listener);
 
   // Drops a request that is waiting or running (its client went away):
   // frees its KV blocks (full blocks keep their prefix-cache keys) and
@@ -187,6 +192,10 @@ class Scheduler {
   void add_to_plan(IterationPlan& plan, int32_t slot, int32_t query_tokens,
                    SchedulerListener& listener, int32_t prefix_hit_tokens = 0);
   void preempt(int32_t slot, SchedulerListener& listener);
+  // Frees the sequences marked finished and drops them from running_.
+  void remove_finished_from_running();
+  // The plan of begin_repeats as the next step's: for repeat_step.
+  void convert_to_decodes(IterationPlan& plan);
 
   // Admission of a waiting sequence (s.computed == 0), in three steps:
   // look its prefix up (hit_ holds the blocks; returns the tokens they
@@ -234,7 +243,9 @@ class Scheduler {
   int64_t watermark_blocks_ = 0;
   bool speculate_this_iteration_ = false;  // k > 0 and not disabled by batch size
   int64_t preemptions_ = 0;
-  int64_t repeats_left_ = 0;  // steps repeat_step may make before a sequence finishes
+  std::vector<int32_t> finished_in_plan_;  // positions in the last plan of the sequences it finished
+  int64_t repeats_left_ = 0;  // steps repeat_step may make, the one in which sequences finish included
+  bool convert_plan_ = false; // the first repeat_step converts the plan (convert_to_decodes)
   int64_t repeated_steps_ = 0;
 };
 

@@ -81,12 +81,14 @@ int64_t step_side_by_side(SchedulerConfig config, const std::vector<Request>& re
     fast_plan.index = full_plan.index;
     REQUIRE(view(fast_plan) == view(full_plan));
     full.complete(full_plan, result, listener);
-    if (repeated) {
-      fast.complete_repeat();
-    } else {
+    if (!repeated) {
       fast.complete(fast_plan, result, listener);
+      repeating = fast.begin_repeats(fast_plan);
+    } else if (fast.complete_repeat()) {  // sequences finished in the repeated step
+      fast.retire_repeated(listener);
+      repeating = fast.begin_repeats(fast_plan);
     }
-    repeating = repeated || fast.begin_repeats(fast_plan);
+    REQUIRE(fast.num_running() == full.num_running());
     for (const ScheduledSequence& s : full_plan.sequences)
       if (s.samples) ++generated[size_t(s.request_id)];
     REQUIRE(fast.kv().num_free() == full.kv().num_free());
