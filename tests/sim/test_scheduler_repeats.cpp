@@ -112,7 +112,7 @@ TEST_CASE("Repeated decode steps cache the blocks their tokens fill, as full ste
   }
 }
 
-TEST_CASE("Repeated decode steps stop where a sequence would finish, blocks run short or a request is admitted",
+TEST_CASE("Repeated decode steps stop where blocks run short or a request may be admitted",
           "[scheduler][repeats]") {
   SECTION("a cache too small for every sequence's growth: preemption") {
     for (const SchedulerPolicy policy : {SchedulerPolicy::Chunked, SchedulerPolicy::Continuous}) {
@@ -149,5 +149,25 @@ TEST_CASE("Repeated decode steps stop where a sequence would finish, blocks run 
       const std::vector<Request> requests = {test::request(0, 0, 150, 100), test::request(1, 0, 100, 60)};
       CHECK(step_side_by_side(config, requests, 400, {test::request(2, 0, 400, 20)}, 5) > 80);
     }
+  }
+}
+
+TEST_CASE("Repeated decode steps go on through the steps in which sequences finish, from the prompts' last chunks on",
+          "[scheduler][repeats]") {
+  // Every prompt fits the first step (request 3 finishes in it: one output
+  // token). Its plan is all last chunks, so every later step repeats: the
+  // longest request's 199 decode steps, through requests 1 and 0 finishing.
+  const std::vector<Request> requests = {test::request(0, 0, 40, 120), test::request(1, 0, 33, 90),
+                                         test::request(2, 0, 50, 200), test::request(3, 0, 20, 1)};
+  for (const SchedulerPolicy policy : {SchedulerPolicy::Chunked, SchedulerPolicy::Continuous}) {
+    INFO(to_string(policy));
+    const SchedulerConfig config = test::scheduler_config(policy, 8, 512, 16, 400, 4096, 0.0);
+    CHECK(step_side_by_side(config, requests, 400) == 199);
+  }
+  SECTION("prompts split over steps: a stretch begins once every item samples") {
+    // A 64-token budget: request 1's prompt runs over two steps, request 2's
+    // waits for the second; from the third step on, every step repeats.
+    const SchedulerConfig config = test::scheduler_config(SchedulerPolicy::Chunked, 8, 64, 16, 400, 4096, 0.0);
+    CHECK(step_side_by_side(config, requests, 400) == 198);
   }
 }
