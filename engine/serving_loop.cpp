@@ -118,7 +118,7 @@ struct ReplicaLoop {
   // last one now (before the plan is scheduled anew).
   void end_repeats() {
     recorder.set_now(now());
-    recorder.on_repeated_tokens(plan, repeats);
+    recorder.on_repeated_tokens(plan, repeats, parts.scheduler->num_repeated_sequences());
     repeating = false;
     repeats = 0;
   }
@@ -273,7 +273,8 @@ RunRecords run_cluster_loop(std::span<const ServingReplica> replica_parts, Route
     if (several) rec.replica = int32_t(size_t(&rep - replicas.data()) / group);
     // In a stretch, the last step again if the scheduler can repeat it as
     // it is; otherwise the stretch ends and the step is scheduled in full.
-    const bool repeat = rep.repeating && scheduler.repeat_step(plan);
+    if (rep.repeating) rep.recorder.set_now(rep.now());  // for the prompts a repeated step admits
+    const bool repeat = rep.repeating && scheduler.repeat_step(plan, rep.recorder);
     if (rep.repeating && !repeat) rep.end_repeats();
     plan.index = iteration++;
     rec.index = plan.index;
@@ -299,13 +300,15 @@ RunRecords run_cluster_loop(std::span<const ServingReplica> replica_parts, Route
       absorb_finished(rep, rep.now());
     };
     if (repeat) {
-      const bool finishes = scheduler.complete_repeat();
-      // Every sequence's gap: now less its last emission, the step's start.
-      rep.recorder.on_repeated_step(rep.now() - rec.start_s, int64_t(plan.sequences.size()));
+      rep.recorder.set_now(rep.now());
+      const bool stretch_ends = scheduler.complete_repeat(plan, result, rep.recorder);
+      // Every repeated sequence's gap: now less its last emission, the step's start.
+      rep.recorder.on_repeated_step(rep.now() - rec.start_s, scheduler.num_repeated_sequences());
       ++rep.repeats;
-      if (finishes) {
-        // Sequences emitted their last token: the stretch's emissions are
-        // recorded, those sequences retired, and the others may go on.
+      if (stretch_ends) {
+        // Sequences emitted their last token or prompts joined: the
+        // stretch's emissions are recorded, the finished sequences retired,
+        // and the others may go on in a new stretch.
         rep.end_repeats();
         scheduler.retire_repeated(rep.recorder);
         after_completions();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <span>
 
 namespace servesim {
 
@@ -37,9 +38,9 @@ void MetricsRecorder::on_tokens(int64_t id, int32_t tokens) {
   r.emissions += 1;
 }
 
-void MetricsRecorder::on_repeated_tokens(const IterationPlan& plan, int32_t steps) {
+void MetricsRecorder::on_repeated_tokens(const IterationPlan& plan, int32_t steps, int64_t sequences) {
   if (steps <= 0) return;
-  for (const ScheduledSequence& item : plan.sequences) {
+  for (const ScheduledSequence& item : std::span(plan.sequences).first(size_t(sequences))) {
     RequestRecord& r = records_.requests[size_t(item.request_id)];
     r.tokens_emitted += steps;
     r.emissions += steps;

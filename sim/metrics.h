@@ -108,10 +108,10 @@ class MetricsRecorder final : public SchedulerListener {
 
   // Scheduler::repeat_step's stretches, recorded as on_tokens would: each
   // repeated step adds `sequences` equal inter-token gaps; at the stretch's
-  // end (now), each sequence of `plan` emitted `steps` more tokens, the
-  // last one now.
+  // end (now), each of the first `sequences` items of `plan` (the repeated
+  // decodes) emitted `steps` more tokens, the last one now.
   void on_repeated_step(double gap_s, int64_t sequences) { records_.itl_s.add_repeated(gap_s, sequences); }
-  void on_repeated_tokens(const IterationPlan& plan, int32_t steps);
+  void on_repeated_tokens(const IterationPlan& plan, int32_t steps, int64_t sequences);
 
   // Requests finished since the last call (closed-loop arrivals follow them).
   int64_t take_finished() {

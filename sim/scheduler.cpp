@@ -382,26 +382,31 @@ void Scheduler::schedule_chunked(IterationPlan& plan, SchedulerListener& listene
     //    one is not readmitted at once), unless nothing runs at all.
     const bool preempted = preemptions_ > preemptions_before;
     if (!preempted || running_.empty()) order_waiting_by_prefix_match();
-    while (budget > 0 && !waiting_.empty() && running_.size() < size_t(config_.max_num_seqs) &&
-           (!preempted || running_.empty())) {
-      const int32_t slot = waiting_.front();
-      Sequence& s = slots_[size_t(slot)];
-      const int32_t hit = find_prefix_hit(s);
-      const int64_t chunk = std::min(int64_t(s.remaining()) - hit, budget);
-      if (!admission_fits(s, int64_t(hit) + chunk, kv_.num_free())) break;
-      take_prefix_hit(s, listener);
-      kv_.grow_to(s.blocks, s.computed + chunk);
-      waiting_.pop_front();
-      running_.push_back(slot);
-      add_to_plan(plan, slot, int32_t(chunk), listener, hit);
-      budget -= chunk;
-    }
-    hit_.clear();
+    admit_waiting_chunked(plan, budget, preempted, listener);
     if (!plan.empty() || running_.empty()) return;
     // Every running sequence is a prefill stuck without blocks: free the
     // newest one's blocks so the others can go on.
     preempt(running_.back(), listener);
   }
+}
+
+void Scheduler::admit_waiting_chunked(IterationPlan& plan, int64_t& budget, bool preempted,
+                                      SchedulerListener& listener) {
+  while (budget > 0 && !waiting_.empty() && running_.size() < size_t(config_.max_num_seqs) &&
+         (!preempted || running_.empty())) {
+    const int32_t slot = waiting_.front();
+    Sequence& s = slots_[size_t(slot)];
+    const int32_t hit = find_prefix_hit(s);
+    const int64_t chunk = std::min(int64_t(s.remaining()) - hit, budget);
+    if (!admission_fits(s, int64_t(hit) + chunk, kv_.num_free())) break;
+    take_prefix_hit(s, listener);
+    kv_.grow_to(s.blocks, s.computed + chunk);
+    waiting_.pop_front();
+    running_.push_back(slot);
+    add_to_plan(plan, slot, int32_t(chunk), listener, hit);
+    budget -= chunk;
+  }
+  hit_.clear();
 }
 
 void Scheduler::complete(const IterationPlan& plan, const IterationResult& result,
@@ -489,50 +494,59 @@ bool Scheduler::begin_repeats(const IterationPlan& plan) {
 }
 
 void Scheduler::convert_to_decodes(IterationPlan& plan) {
-  // Drop the finished sequences' items and turn the last prefill chunks
-  // into decodes: what schedule() would plan for the running sequences.
-  size_t kept = 0, f = 0;
-  for (size_t k = 0; k < plan.sequences.size(); ++k) {
-    if (f < finished_in_plan_.size() && size_t(finished_in_plan_[f]) == k) {
-      ++f;
-      continue;
+  // What schedule() would plan for the running sequences: the finished
+  // sequences' items dropped (the others shifted down, from the first
+  // dropped one on) ...
+  if (!finished_in_plan_.empty()) {
+    size_t kept = size_t(finished_in_plan_.front()), f = 0;
+    for (size_t k = kept; k < plan.sequences.size(); ++k) {
+      if (f < finished_in_plan_.size() && size_t(finished_in_plan_[f]) == k) {
+        ++f;
+        continue;
+      }
+      plan.sequences[kept] = plan.sequences[k];
+      planned_slots_[kept++] = planned_slots_[k];
     }
-    ScheduledSequence& item = plan.sequences[kept] = plan.sequences[k];
-    planned_slots_[kept++] = planned_slots_[k];
+    plan.sequences.resize(kept);
+    planned_slots_.resize(kept);
+    finished_in_plan_.clear();
+  }
+  // ... and the last prefill chunks turned into decodes (the decodes'
+  // items, of one query token, sampled, without a prefix hit, stay as they are).
+  for (ScheduledSequence& item : plan.sequences) {
+    if (!item.is_prefill) continue;
     item.num_query_tokens = 1;
     item.is_prefill = false;
     item.samples = true;
     item.num_sample_rows = 1;
     item.prefix_hit_tokens = 0;
   }
-  plan.sequences.resize(kept);
-  planned_slots_.resize(kept);
-  finished_in_plan_.clear();
-  const auto n = int32_t(kept);
+  const auto n = int32_t(plan.sequences.size());
   plan.num_prefill_tokens = plan.num_prefill_sequences = plan.num_prefix_hit_tokens = 0;
   plan.num_decode_tokens = plan.num_decode_sequences = plan.num_sampling_sequences = plan.num_sample_rows = n;
   convert_plan_ = false;
 }
 
-bool Scheduler::repeat_step(IterationPlan& plan) {
+bool Scheduler::repeat_step(IterationPlan& plan, SchedulerListener& listener) {
   if (repeats_left_ <= 0) return false;
   // A sequence whose next token starts a block takes one free block; were
   // they short, schedule() would preempt.
-  const bool may_admit = !waiting_.empty() && running_.size() < size_t(config_.max_num_seqs);
-  int64_t growths = 0;  // counted where it matters
-  if (may_admit || kv_.num_free() < int64_t(running_.size())) {
+  // (Counted only where the free blocks might not hold one a sequence.)
+  if (kv_.num_free() < int64_t(running_.size())) {
+    int64_t growths = 0;
     for (const int32_t slot : running_) {
       const Sequence& s = slots_[size_t(slot)];
       growths += holds(s, int64_t(s.computed) + 1) ? 0 : 1;
     }
     if (growths > kv_.num_free()) return false;
   }
-  // A waiting request with a sequence slot free: schedule() decides unless
-  // it certainly cannot be admitted. Continuous admits before the decodes
-  // grow, chunked after.
-  if (may_admit &&
-      could_admit_first_waiting(config_.policy == SchedulerPolicy::Chunked ? kv_.num_free() - growths : kv_.num_free()))
-    return false;
+  // A waiting request with a sequence slot free: continuous (which admits
+  // in prefill-only steps) leaves it to schedule() unless it certainly
+  // cannot be admitted; chunked admits as schedule_chunked does, after the
+  // decodes.
+  const bool chunked = config_.policy == SchedulerPolicy::Chunked;
+  const bool may_admit = !waiting_.empty() && running_.size() < size_t(config_.max_num_seqs);
+  if (may_admit && !chunked && could_admit_first_waiting(kv_.num_free())) return false;
   if (convert_plan_) convert_to_decodes(plan);
   --repeats_left_;
   ++repeated_steps_;
@@ -549,7 +563,12 @@ bool Scheduler::repeat_step(IterationPlan& plan) {
     item.num_cached_tokens = s.computed;
     if (uses_prefix_cache(s)) cache_full_blocks(s, int64_t(s.computed) + 1);
   }
-  if (config_.policy == SchedulerPolicy::Chunked) order_waiting_by_prefix_match();
+  repeated_items_ = planned_slots_.size();
+  if (chunked) {
+    order_waiting_by_prefix_match();
+    int64_t budget = config_.max_num_batched_tokens - int64_t(repeated_items_);
+    if (may_admit) admit_waiting_chunked(plan, budget, false, listener);
+  }
   hit_.clear();
   return true;
 }
@@ -572,14 +591,28 @@ bool Scheduler::could_admit_first_waiting(int64_t free_blocks) const {
   return admission_fits(s, tokens, free_blocks);
 }
 
-bool Scheduler::complete_repeat() {
-  // Each sequence emitted its one token: its KV now holds the token before.
-  for (const int32_t slot : planned_slots_) {
-    Sequence& s = slots_[size_t(slot)];
+bool Scheduler::complete_repeat(const IterationPlan& plan, const IterationResult& result,
+                                SchedulerListener& listener) {
+  // Each repeated sequence emitted its one token: its KV now holds the token before.
+  for (size_t k = 0; k < repeated_items_; ++k) {
+    Sequence& s = slots_[size_t(planned_slots_[k])];
     ++s.computed;
     ++s.generated;
   }
-  return repeats_left_ == 0;
+  // The prompts admitted in the step, as complete() does (finishing is
+  // retire_repeated's, in plan order).
+  for (size_t k = repeated_items_; k < planned_slots_.size(); ++k) {
+    const ScheduledSequence& item = plan.sequences[k];
+    Sequence& s = slots_[size_t(planned_slots_[k])];
+    s.computed += item.num_query_tokens;
+    if (!item.samples) continue;
+    if (!result.emitted_tokens.empty() && result.emitted_tokens[k] != 1)
+      throw std::logic_error(fmt::format("executor emitted {} tokens for request {} (prefill)",
+                                         result.emitted_tokens[k], s.request_id));
+    s.generated += 1;
+    listener.on_tokens(s.request_id, 1);
+  }
+  return repeats_left_ == 0 || planned_slots_.size() > repeated_items_;
 }
 
 void Scheduler::retire_repeated(SchedulerListener& listener) {

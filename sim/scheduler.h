@@ -128,21 +128,26 @@ class Scheduler {
   // its plan: every item sampled one token (decodes of one query token,
   // prefills' last chunks), without speculation (not under the static
   // policy), and its unfinished sequences are the running ones, in their
-  // order. Each repeat_step(plan) then turns `plan` into the next step,
-  // exactly what schedule() would make (finished sequences dropped, last
-  // prefill chunks turned into decodes, blocks grown, full blocks cached,
-  // the waiting queue ordered), or returns false with nothing changed when
-  // the next step would differ: the free blocks would not hold every new
-  // one, or a waiting request might be admitted. After the executor ran it,
-  // complete_repeat() applies it as complete() would, without telling a
-  // listener: the caller records the emissions
-  // (MetricsRecorder::on_repeated_step and on_repeated_tokens). It returns
-  // true when sequences emitted their last token: once their emissions are
-  // recorded, retire_repeated() tells the listener they finished and drops
-  // them, and begin_repeats(plan) may go on with the others.
+  // order. Each repeat_step(plan, listener) then turns `plan` into the next
+  // step, exactly what schedule() would make (finished sequences dropped,
+  // last prefill chunks turned into decodes, blocks grown, full blocks
+  // cached, the waiting queue ordered, and under chunked the waiting
+  // prompts admitted after the decodes), or returns false with nothing
+  // changed when the next step would differ: the free blocks would not hold
+  // every new one, or (continuous) a waiting request might be admitted.
+  // After the executor ran it, complete_repeat() applies it as complete()
+  // would, telling the listener only of the admitted prompts' tokens: the
+  // caller records the repeated sequences' emissions
+  // (MetricsRecorder::on_repeated_step over num_repeated_sequences() and
+  // on_repeated_tokens). It returns true when the stretch ends with the
+  // step: sequences emitted their last token or prompts were admitted. Once
+  // the emissions are recorded, retire_repeated() tells the listener which
+  // sequences finished and drops them, and begin_repeats(plan) may go on.
   bool begin_repeats(const IterationPlan& plan);
-  bool repeat_step(IterationPlan& plan);
-  bool complete_repeat();
+  bool repeat_step(IterationPlan& plan, SchedulerListener& listener);
+  bool complete_repeat(const IterationPlan& plan, const IterationResult& result, SchedulerListener& listener);
+  // The plan's first items, the repeated decodes (the rest were admitted).
+  int64_t num_repeated_sequences() const { return int64_t(repeated_items_); }
   void retire_repeated(SchedulerListener& listener);
 
   // Drops a request that is waiting or running (its client went away):
@@ -192,6 +197,10 @@ class Scheduler {
   void add_to_plan(IterationPlan& plan, int32_t slot, int32_t query_tokens,
                    SchedulerListener& listener, int32_t prefix_hit_tokens = 0);
   void preempt(int32_t slot, SchedulerListener& listener);
+  // schedule_chunked's admissions: waiting prompts FCFS while the budget,
+  // sequence slots and free blocks allow (after a preemption, only where
+  // nothing runs).
+  void admit_waiting_chunked(IterationPlan& plan, int64_t& budget, bool preempted, SchedulerListener& listener);
   // Frees the sequences marked finished and drops them from running_.
   void remove_finished_from_running();
   // The plan of begin_repeats as the next step's: for repeat_step.
@@ -246,6 +255,7 @@ class Scheduler {
   std::vector<int32_t> finished_in_plan_;  // positions in the last plan of the sequences it finished
   int64_t repeats_left_ = 0;  // steps repeat_step may make, the one in which sequences finish included
   bool convert_plan_ = false; // the first repeat_step converts the plan (convert_to_decodes)
+  size_t repeated_items_ = 0;  // the last repeat_step's decodes: its plan's first items
   int64_t repeated_steps_ = 0;
 };
 

@@ -76,7 +76,7 @@ int64_t step_side_by_side(SchedulerConfig config, const std::vector<Request>& re
     }
     full.schedule(full_plan, listener);
     // As the serving loop does: repeat while it may, else a full step.
-    const bool repeated = repeating && fast.repeat_step(fast_plan);
+    const bool repeated = repeating && fast.repeat_step(fast_plan, listener);
     if (!repeated) fast.schedule(fast_plan, listener);
     fast_plan.index = full_plan.index;
     REQUIRE(view(fast_plan) == view(full_plan));
@@ -84,7 +84,7 @@ int64_t step_side_by_side(SchedulerConfig config, const std::vector<Request>& re
     if (!repeated) {
       fast.complete(fast_plan, result, listener);
       repeating = fast.begin_repeats(fast_plan);
-    } else if (fast.complete_repeat()) {  // sequences finished in the repeated step
+    } else if (fast.complete_repeat(fast_plan, result, listener)) {  // sequences finished or prompts joined
       fast.retire_repeated(listener);
       repeating = fast.begin_repeats(fast_plan);
     }
@@ -170,4 +170,16 @@ TEST_CASE("Repeated decode steps go on through the steps in which sequences fini
     const SchedulerConfig config = test::scheduler_config(SchedulerPolicy::Chunked, 8, 64, 16, 400, 4096, 0.0);
     CHECK(step_side_by_side(config, requests, 400) == 198);
   }
+}
+
+TEST_CASE("Chunked repeated steps admit a waiting prompt as schedule() would, without leaving the stretch",
+          "[scheduler][repeats]") {
+  // Two sequence slots: request 2 waits until request 0's last token (step
+  // 60), is admitted in step 61 beside request 1's decode (a repeated step)
+  // and decodes from step 62 to its last token in step 110. Only the first
+  // step is scheduled in full.
+  const SchedulerConfig config = test::scheduler_config(SchedulerPolicy::Chunked, 2, 512, 16, 200, 4096, 0.0);
+  const std::vector<Request> requests = {test::request(0, 0, 40, 60), test::request(1, 0, 30, 90),
+                                         test::request(2, 0, 20, 50)};
+  CHECK(step_side_by_side(config, requests, 400) == 109);
 }
