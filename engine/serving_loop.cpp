@@ -273,7 +273,7 @@ RunRecords run_cluster_loop(std::span<const ServingReplica> replica_parts, Route
     if (several) rec.replica = int32_t(size_t(&rep - replicas.data()) / group);
     // In a stretch, the last step again if the scheduler can repeat it as
     // it is; otherwise the stretch ends and the step is scheduled in full.
-    if (rep.repeating) rep.recorder.set_now(rep.now());  // for the prompts a repeated step admits
+    if (rep.repeating) rep.recorder.set_now(rec.start_s);  // for the prompts a repeated step admits
     const bool repeat = rep.repeating && scheduler.repeat_step(plan, rep.recorder);
     if (rep.repeating && !repeat) rep.end_repeats();
     plan.index = iteration++;
@@ -300,10 +300,11 @@ RunRecords run_cluster_loop(std::span<const ServingReplica> replica_parts, Route
       absorb_finished(rep, rep.now());
     };
     if (repeat) {
-      rep.recorder.set_now(rep.now());
+      const double now = rep.now();
+      rep.recorder.set_now(now);
       const bool stretch_ends = scheduler.complete_repeat(plan, result, rep.recorder);
       // Every repeated sequence's gap: now less its last emission, the step's start.
-      rep.recorder.on_repeated_step(rep.now() - rec.start_s, scheduler.num_repeated_sequences());
+      rep.recorder.on_repeated_step(now - rec.start_s, scheduler.num_repeated_sequences());
       ++rep.repeats;
       if (stretch_ends) {
         // Sequences emitted their last token or prompts joined: the
