@@ -531,7 +531,7 @@ bool Scheduler::repeat_step(IterationPlan& plan, SchedulerListener& listener) {
   if (repeats_left_ <= 0) return false;
   // A sequence whose next token starts a block takes one free block; were
   // they short, schedule() would preempt.
-  // (Counted only where the free blocks might not hold one a sequence.)
+  // (Counted only where the free blocks might not hold one for every sequence.)
   if (kv_.num_free() < int64_t(running_.size())) {
     int64_t growths = 0;
     for (const int32_t slot : running_) {
