@@ -271,8 +271,9 @@ RunRecords run_cluster_loop(std::span<const ServingReplica> replica_parts, Route
     rec.start_s = rep.now();
     rec.waiting = int32_t(scheduler.num_waiting());
     if (several) rec.replica = int32_t(size_t(&rep - replicas.data()) / group);
-    // In a stretch, the last step again if the scheduler can repeat it as
-    // it is; otherwise the stretch ends and the step is scheduled in full.
+    // In a stretch, the last step again if the scheduler can repeat it
+    // (Scheduler::repeat_step); otherwise the stretch ends and the step is
+    // scheduled in full.
     if (rep.repeating) rep.recorder.set_now(rec.start_s);  // for the prompts a repeated step admits
     const bool repeat = rep.repeating && scheduler.repeat_step(plan, rep.recorder);
     if (rep.repeating && !repeat) rep.end_repeats();

@@ -416,37 +416,41 @@ void Scheduler::complete(const IterationPlan& plan, const IterationResult& resul
   bool any_finished = false;
   finished_in_plan_.clear();
   for (size_t k = 0; k < plan.sequences.size(); ++k) {
-    const ScheduledSequence& item = plan.sequences[k];
     Sequence& s = slots_[size_t(planned_slots_[k])];
-    if (!item.samples) {
-      s.computed += item.num_query_tokens;
-      continue;
-    }
-    int32_t emitted = result.emitted_tokens.empty() ? 1 : result.emitted_tokens[k];
-    // A prefill emits one token; a decode at most its query tokens (the
-    // accepted drafts and the target's own next token).
-    if (emitted < 1 || emitted > (item.is_prefill ? 1 : item.num_query_tokens))
-      throw std::logic_error(fmt::format("executor emitted {} tokens for request {} with {} query tokens{}", emitted,
-                                         s.request_id, item.num_query_tokens, item.is_prefill ? " (prefill)" : ""));
-    emitted = std::min(emitted, s.output_tokens - s.generated);
-    // A prefill's KV is complete; a decode keeps the KV of the tokens it
-    // emitted: its newest token and the accepted drafts. The bonus token is
-    // the next query; the rejected drafts' KV is rolled back by handing back
-    // the blocks only they used.
-    s.computed += item.is_prefill ? item.num_query_tokens : emitted;
-    s.generated += emitted;
-    if (!item.is_prefill && item.num_query_tokens > 1 && config_.policy != SchedulerPolicy::Static)
-      kv_.shrink_to(s.blocks, s.total());
-    listener.on_tokens(s.request_id, emitted);
-    const bool eos = !result.finished.empty() && result.finished[k];
-    if (s.generated >= s.output_tokens || eos) {
-      s.finished = true;
-      any_finished = true;
-      finished_in_plan_.push_back(int32_t(k));
-      listener.on_finished(s.request_id);
-    }
+    if (!apply_item(k, plan.sequences[k], result, listener)) continue;
+    s.finished = true;
+    any_finished = true;
+    finished_in_plan_.push_back(int32_t(k));
+    listener.on_finished(s.request_id);
   }
   if (any_finished) remove_finished_from_running();
+}
+
+bool Scheduler::apply_item(size_t k, const ScheduledSequence& item, const IterationResult& result,
+                           SchedulerListener& listener) {
+  Sequence& s = slots_[size_t(planned_slots_[k])];
+  if (!item.samples) {
+    s.computed += item.num_query_tokens;
+    return false;
+  }
+  int32_t emitted = result.emitted_tokens.empty() ? 1 : result.emitted_tokens[k];
+  // A prefill emits one token; a decode at most its query tokens (the
+  // accepted drafts and the target's own next token).
+  if (emitted < 1 || emitted > (item.is_prefill ? 1 : item.num_query_tokens))
+    throw std::logic_error(fmt::format("executor emitted {} tokens for request {} with {} query tokens{}", emitted,
+                                       s.request_id, item.num_query_tokens, item.is_prefill ? " (prefill)" : ""));
+  emitted = std::min(emitted, s.output_tokens - s.generated);
+  // A prefill's KV is complete; a decode keeps the KV of the tokens it
+  // emitted: its newest token and the accepted drafts. The bonus token is
+  // the next query; the rejected drafts' KV is rolled back by handing back
+  // the blocks only they used.
+  s.computed += item.is_prefill ? item.num_query_tokens : emitted;
+  s.generated += emitted;
+  if (!item.is_prefill && item.num_query_tokens > 1 && config_.policy != SchedulerPolicy::Static)
+    kv_.shrink_to(s.blocks, s.total());
+  listener.on_tokens(s.request_id, emitted);
+  const bool eos = !result.finished.empty() && result.finished[k];
+  return s.generated >= s.output_tokens || eos;
 }
 
 void Scheduler::remove_finished_from_running() {
@@ -580,15 +584,9 @@ bool Scheduler::could_admit_first_waiting(int64_t free_blocks) const {
   if (uses_prefix_cache(s) || (config_.waiting_order == WaitingOrder::LongestPrefixMatch &&
                                config_.enable_prefix_caching && waiting_.size() > 1))
     return true;
-  // Without a hit (hit_ is empty between steps), for what each policy would
-  // admit: a chunk within the budget the decodes leave, or the whole sequence.
-  int64_t tokens = s.total();
-  if (config_.policy == SchedulerPolicy::Chunked) {
-    const int64_t budget = int64_t(config_.max_num_batched_tokens) - int64_t(running_.size());
-    if (budget <= 0) return false;
-    tokens = std::min<int64_t>(s.remaining(), budget);
-  }
-  return admission_fits(s, tokens, free_blocks);
+  // Without a hit (hit_ is empty between steps): the whole sequence, as
+  // continuous admits it.
+  return admission_fits(s, s.total(), free_blocks);
 }
 
 bool Scheduler::complete_repeat(const IterationPlan& plan, const IterationResult& result,
@@ -600,18 +598,9 @@ bool Scheduler::complete_repeat(const IterationPlan& plan, const IterationResult
     ++s.generated;
   }
   // The prompts admitted in the step, as complete() does (finishing is
-  // retire_repeated's, in plan order).
-  for (size_t k = repeated_items_; k < planned_slots_.size(); ++k) {
-    const ScheduledSequence& item = plan.sequences[k];
-    Sequence& s = slots_[size_t(planned_slots_[k])];
-    s.computed += item.num_query_tokens;
-    if (!item.samples) continue;
-    if (!result.emitted_tokens.empty() && result.emitted_tokens[k] != 1)
-      throw std::logic_error(fmt::format("executor emitted {} tokens for request {} (prefill)",
-                                         result.emitted_tokens[k], s.request_id));
-    s.generated += 1;
-    listener.on_tokens(s.request_id, 1);
-  }
+  // retire_repeated's, in plan order; a repeating executor never ends a
+  // sequence early).
+  for (size_t k = repeated_items_; k < planned_slots_.size(); ++k) apply_item(k, plan.sequences[k], result, listener);
   return repeats_left_ == 0 || planned_slots_.size() > repeated_items_;
 }
 

@@ -201,6 +201,10 @@ class Scheduler {
   // sequence slots and free blocks allow (after a preemption, only where
   // nothing runs).
   void admit_waiting_chunked(IterationPlan& plan, int64_t& budget, bool preempted, SchedulerListener& listener);
+  // Applies plan item k's step to its sequence (complete()'s bookkeeping,
+  // the listener told of its tokens); true where the sequence has ended.
+  bool apply_item(size_t k, const ScheduledSequence& item, const IterationResult& result,
+                  SchedulerListener& listener);
   // Frees the sequences marked finished and drops them from running_.
   void remove_finished_from_running();
   // The plan of begin_repeats as the next step's: for repeat_step.
@@ -237,8 +241,8 @@ class Scheduler {
     return holds(s, int64_t(s.computed) + query_tokens) || grow_decode_slot(i, query_tokens, listener);
   }
   bool grow_decode_slot(size_t i, int32_t& query_tokens, SchedulerListener& listener);
-  // Whether the next step could admit the first waiting request with
-  // `free_blocks` free blocks then (true where unsure); for repeat_step.
+  // Whether the next continuous step could admit the first waiting request
+  // with `free_blocks` free blocks then (true where unsure); for repeat_step.
   bool could_admit_first_waiting(int64_t free_blocks) const;
 
   SchedulerConfig config_;

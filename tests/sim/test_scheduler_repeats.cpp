@@ -172,7 +172,7 @@ TEST_CASE("Repeated decode steps go on through the steps in which sequences fini
   }
 }
 
-TEST_CASE("Chunked repeated steps admit a waiting prompt as schedule() would, without leaving the stretch",
+TEST_CASE("Chunked repeated steps admit a waiting prompt as schedule() would, in a repeated step",
           "[scheduler][repeats]") {
   // Two sequence slots: request 2 waits until request 0's last token (step
   // 60), is admitted in step 61 beside request 1's decode (a repeated step)
