@@ -46,6 +46,7 @@ class IterationsStream final : public LoopObserver {
   void after_iteration(const IterationPlan&, const IterationResult&, const IterationRecord& record) override {
     writer_->add(record);
   }
+  bool needs_plan_items() const override { return false; }
   void finish() {
     writer_->finish();
     finished_ = true;

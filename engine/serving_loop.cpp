@@ -102,25 +102,21 @@ struct ReplicaLoop {
   MetricsRecorder recorder;
   IterationPlan plan;
   IterationResult result;
-  // A stretch of repeated decode steps is on (while the replica's last step
-  // can be repeated, Scheduler::repeat_step, its steps skip the
-  // per-sequence scheduling and bookkeeping), and the steps it repeated so
-  // far, their emissions not yet recorded per request. Only where the
-  // executor emits one token a sequence.
+  // Whether the replica's steps may be repeated (Scheduler::repeat_step,
+  // whose steps skip the per-sequence scheduling and bookkeeping): only
+  // where the executor emits one token a sequence.
   bool may_repeat = false;
-  bool repeating = false;
-  int32_t repeats = 0;
-  ReplicaLoop(const ServingReplica& p, RunRecords& records)
+  ReplicaLoop(const ServingReplica& p, RunRecords& records, bool observers_need_items)
       : parts(p), recorder(records), may_repeat(p.executor->emits_one_token_per_sequence()) {
+    // Lazy repeats where nobody reads a repeated step's items.
+    p.scheduler->set_lazy_repeats(!observers_need_items && !p.executor->needs_plan_items());
     refresh();
   }
   // The stretch is over: each of its sequences' emissions recorded, the
-  // last one now (before the plan is scheduled anew).
+  // last one now.
   void end_repeats() {
     recorder.set_now(now());
-    recorder.on_repeated_tokens(plan, repeats, parts.scheduler->num_repeated_sequences());
-    repeating = false;
-    repeats = 0;
+    parts.scheduler->end_repeats(recorder);
   }
   bool busy() const { return parts.scheduler->has_unfinished(); }
   double now() const { return parts.clock->now(); }
@@ -154,8 +150,10 @@ RunRecords run_cluster_loop(std::span<const ServingReplica> replica_parts, Route
   std::vector<ReplicaLoop> replicas;
   replicas.reserve(replica_parts.size());
   std::vector<const Scheduler*> schedulers;
+  const bool observers_need_items = std::any_of(options.observers.begin(), options.observers.end(),
+                                                [](const LoopObserver* o) { return o->needs_plan_items(); });
   for (const ServingReplica& p : replica_parts) {
-    replicas.emplace_back(p, records);
+    replicas.emplace_back(p, records, observers_need_items);
     schedulers.push_back(p.scheduler);
     records.num_gpu_blocks += p.scheduler->kv().num_blocks();
   }
@@ -274,9 +272,11 @@ RunRecords run_cluster_loop(std::span<const ServingReplica> replica_parts, Route
     // In a stretch, the last step again if the scheduler can repeat it
     // (Scheduler::repeat_step); otherwise the stretch ends and the step is
     // scheduled in full.
-    if (rep.repeating) rep.recorder.set_now(rec.start_s);  // for the prompts a repeated step admits
-    const bool repeat = rep.repeating && scheduler.repeat_step(plan, rep.recorder);
-    if (rep.repeating && !repeat) rep.end_repeats();
+    // (set_now: for the prompts a repeated step admits, and the stretch's
+    // emissions where it ends)
+    const bool repeating = scheduler.repeating();
+    if (repeating) rep.recorder.set_now(rec.start_s);
+    const bool repeat = repeating && scheduler.repeat_step(plan, rep.recorder);
     plan.index = iteration++;
     rec.index = plan.index;
     if (!repeat) {
@@ -303,26 +303,17 @@ RunRecords run_cluster_loop(std::span<const ServingReplica> replica_parts, Route
     if (repeat) {
       const double now = rep.now();
       rep.recorder.set_now(now);
-      const bool stretch_ends = scheduler.complete_repeat(plan, result, rep.recorder);
+      // Sequences that emitted their last token leave the stretch, prompts
+      // whose last chunk ran join it.
+      scheduler.complete_repeat(plan, result, rep.recorder);
       // Every repeated sequence's gap: now less its last emission, the step's start.
       rep.recorder.on_repeated_step(now - rec.start_s, scheduler.num_repeated_sequences());
-      ++rep.repeats;
-      if (stretch_ends) {
-        // Sequences emitted their last token or prompts joined: the
-        // stretch's emissions are recorded, the finished sequences retired,
-        // and the others may go on in a new stretch.
-        rep.end_repeats();
-        scheduler.retire_repeated(rep.recorder);
-        after_completions();
-        rep.repeating = scheduler.begin_repeats(plan);
-      } else {
-        rep.refresh();
-      }
+      after_completions();
     } else {
       rep.recorder.set_now(rep.now());
       scheduler.complete(plan, result, rep.recorder);
       after_completions();
-      rep.repeating = rep.may_repeat && scheduler.begin_repeats(plan);
+      if (rep.may_repeat) scheduler.begin_repeats(plan);
     }
 
     rec.duration_s = result.duration_s;
@@ -347,7 +338,7 @@ RunRecords run_cluster_loop(std::span<const ServingReplica> replica_parts, Route
   }
   // A stretch ends with the step in which a sequence finishes; none is left.
   for (ReplicaLoop& rep : replicas)
-    if (rep.repeating) rep.end_repeats();
+    if (rep.parts.scheduler->repeating()) rep.end_repeats();
   records.num_iterations = iteration;
   records.preemptions = 0;  // the schedulers' counts (the recorders count them too)
   for (const ReplicaLoop& rep : replicas) {

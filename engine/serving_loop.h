@@ -45,6 +45,9 @@ class LoopObserver {
   // or a session's released turn) comes at `until_s` on the clock (now
   // `now_s`); called before waiting for it.
   virtual void on_idle(double now_s, double until_s) { (void)now_s, (void)until_s; }
+  // False where the observer reads only a plan's counts and sums, never its
+  // items (see Executor::needs_plan_items).
+  virtual bool needs_plan_items() const { return true; }
 };
 
 struct LoopOptions {

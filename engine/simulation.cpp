@@ -23,6 +23,7 @@ class CommunicationObserver final : public LoopObserver {
     tally_.communication_s += model_.seconds(plan);
     tally_.busy_s += result.duration_s;
   }
+  bool needs_plan_items() const override { return false; }  // token and row counts
 
  private:
   const CommunicationModel& model_;

@@ -21,6 +21,10 @@ class Executor {
   // result.finished left empty): the serving loop may then run a stretch of
   // repeated decode steps without asking per sequence (serving_loop.cpp).
   virtual bool emits_one_token_per_sequence() const { return false; }
+  // False where execute() reads only the plan's counts and sums
+  // (IterationPlan::AttentionSums), never its items: repeated decode steps
+  // may then leave the items as they were (IterationPlan::items_lag).
+  virtual bool needs_plan_items() const { return true; }
   // The request has completed: state kept for it (its tokens) can go. A
   // preempted request is not finished; it comes back to be recomputed.
   virtual void on_request_finished(int64_t request_id) { (void)request_id; }

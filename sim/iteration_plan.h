@@ -56,6 +56,19 @@ struct IterationPlan {
   int32_t num_sampling_sequences = 0;
   int32_t num_sample_rows = 0;  // rows through the LM head: sum of num_sample_rows
   int32_t num_prefix_hit_tokens = 0;  // sum of prefix_hit_tokens
+  // What attention costs need of the prefill and of the decode sequences,
+  // summed: a cost model reads these instead of every item. A sequence of
+  // q query tokens over c cached ones has q*c + q(q+1)/2 query-key pairs.
+  struct AttentionSums {
+    int64_t cached_tokens = 0;  // sum of c
+    int64_t pairs = 0;          // sum of q*c + q(q+1)/2
+  };
+  AttentionSums prefill_attention, decode_attention;
+  // Set by the scheduler's repeated decode steps where the executor reads
+  // only the counts and sums above (Scheduler::set_lazy_repeats): the
+  // repeated decodes' num_cached_tokens then still hold the value of the
+  // step in which each joined the stretch (their block tables are current).
+  bool items_lag = false;
 
   bool empty() const { return sequences.empty(); }
   int32_t num_tokens() const { return num_prefill_tokens + num_decode_tokens; }
@@ -64,6 +77,8 @@ struct IterationPlan {
     num_prefill_tokens = num_decode_tokens = 0;
     num_prefill_sequences = num_decode_sequences = num_sampling_sequences = num_sample_rows = 0;
     num_prefix_hit_tokens = 0;
+    prefill_attention = decode_attention = {};
+    items_lag = false;
   }
   // Appends `item`; a sampling item that names no sample rows samples one.
   void add(const ScheduledSequence& item) {
@@ -77,6 +92,10 @@ struct IterationPlan {
   void count_last() {
     ScheduledSequence& s = sequences.back();
     s.num_sample_rows = s.samples ? std::max(s.num_sample_rows, 1) : 0;
+    AttentionSums& attention = s.is_prefill ? prefill_attention : decode_attention;
+    const int64_t q = s.num_query_tokens, c = s.num_cached_tokens;
+    attention.cached_tokens += c;
+    attention.pairs += q * c + q * (q + 1) / 2;
     if (s.is_prefill) {
       num_prefill_tokens += s.num_query_tokens;
       ++num_prefill_sequences;

@@ -38,14 +38,11 @@ void MetricsRecorder::on_tokens(int64_t id, int32_t tokens) {
   r.emissions += 1;
 }
 
-void MetricsRecorder::on_repeated_tokens(const IterationPlan& plan, int32_t steps, int64_t sequences) {
-  if (steps <= 0) return;
-  for (const ScheduledSequence& item : std::span(plan.sequences).first(size_t(sequences))) {
-    RequestRecord& r = records_.requests[size_t(item.request_id)];
-    r.tokens_emitted += steps;
-    r.emissions += steps;
-    r.last_token_s = now_;
-  }
+void MetricsRecorder::on_repeated_tokens(int64_t id, int32_t tokens) {
+  RequestRecord& r = records_.requests[size_t(id)];
+  r.tokens_emitted += tokens;
+  r.emissions += tokens;
+  r.last_token_s = now_;
 }
 
 void MetricsRecorder::on_finished(int64_t id) {

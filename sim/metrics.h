@@ -107,11 +107,11 @@ class MetricsRecorder final : public SchedulerListener {
   void on_prefix_cache_lookup(int64_t id, int32_t query_tokens, int32_t hit_tokens, bool readmission) override;
 
   // Scheduler::repeat_step's stretches, recorded as on_tokens would: each
-  // repeated step adds `sequences` equal inter-token gaps; at the stretch's
-  // end (now), each of the first `sequences` items of `plan` (the repeated
-  // decodes) emitted `steps` more tokens, the last one now.
+  // repeated step adds `sequences` equal inter-token gaps; when a sequence
+  // leaves the stretch or the stretch ends (now), its `tokens` repeated
+  // emissions, the last one now.
   void on_repeated_step(double gap_s, int64_t sequences) { records_.itl_s.add_repeated(gap_s, sequences); }
-  void on_repeated_tokens(const IterationPlan& plan, int32_t steps, int64_t sequences);
+  void on_repeated_tokens(int64_t id, int32_t tokens) override;
 
   // Requests finished since the last call (closed-loop arrivals follow them).
   int64_t take_finished() {

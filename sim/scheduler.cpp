@@ -85,6 +85,8 @@ void Scheduler::free_slot(int32_t slot) {
 }
 
 bool Scheduler::abort_request(int64_t request_id) {
+  // A stretch's members hold their counters in group_ (only simulations repeat steps; none aborts).
+  if (repeating_) throw std::logic_error("Scheduler::abort_request during a stretch of repeated steps");
   auto holds = [&](int32_t slot) { return slots_[size_t(slot)].request_id == request_id; };
   if (auto it = std::find_if(waiting_.begin(), waiting_.end(), holds); it != waiting_.end()) {
     const int32_t slot = *it;
@@ -266,6 +268,7 @@ bool Scheduler::grow_decode_slot(size_t i, int32_t& query_tokens, SchedulerListe
 }
 
 void Scheduler::schedule(IterationPlan& plan, SchedulerListener& listener) {
+  if (repeating_) end_repeats(listener);
   plan.clear();
   planned_slots_.clear();
   speculate_this_iteration_ =
@@ -365,17 +368,7 @@ void Scheduler::schedule_chunked(IterationPlan& plan, SchedulerListener& listene
       budget -= query;
     }
     // 2. Ongoing prefills, as much of each as budget and free blocks allow.
-    for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
-      const int32_t slot = running_[i];
-      Sequence& s = slots_[size_t(slot)];
-      if (!s.in_prefill()) continue;
-      const int64_t room = (int64_t(s.blocks.size()) + kv_.num_free()) * kv_.block_size() - s.computed;
-      const int64_t chunk = std::min({int64_t(s.remaining()), budget, room});
-      if (chunk <= 0) continue;
-      kv_.grow_to(s.blocks, s.computed + chunk);
-      add_to_plan(plan, slot, int32_t(chunk), listener);
-      budget -= chunk;
-    }
+    schedule_ongoing_prefills(plan, budget, 0, listener);
     // 3. New prompts, FCFS, while budget, sequence slots and blocks allow --
     //    but not in a step that preempted (vLLM's rule: the blocks a
     //    preemption freed go to the running sequences, and the preempted
@@ -387,6 +380,21 @@ void Scheduler::schedule_chunked(IterationPlan& plan, SchedulerListener& listene
     // Every running sequence is a prefill stuck without blocks: free the
     // newest one's blocks so the others can go on.
     preempt(running_.back(), listener);
+  }
+}
+
+void Scheduler::schedule_ongoing_prefills(IterationPlan& plan, int64_t& budget, size_t from,
+                                          SchedulerListener& listener) {
+  for (size_t i = from; i < running_.size() && budget > 0; ++i) {
+    const int32_t slot = running_[i];
+    Sequence& s = slots_[size_t(slot)];
+    if (!s.in_prefill()) continue;
+    const int64_t room = (int64_t(s.blocks.size()) + kv_.num_free()) * kv_.block_size() - s.computed;
+    const int64_t chunk = std::min({int64_t(s.remaining()), budget, room});
+    if (chunk <= 0) continue;
+    kv_.grow_to(s.blocks, s.computed + chunk);
+    add_to_plan(plan, slot, int32_t(chunk), listener);
+    budget -= chunk;
   }
 }
 
@@ -463,115 +471,165 @@ void Scheduler::remove_finished_from_running() {
 }
 
 bool Scheduler::begin_repeats(const IterationPlan& plan) {
-  repeats_left_ = 0;
-  convert_plan_ = false;
+  group_.clear();
+  group_cached_ = 0;
+  joiners_.clear();
+  plan_members_ = 0;
+  group_broken_ = false;
+  repeating_ = false;
   if (config_.policy == SchedulerPolicy::Static || config_.num_speculative_tokens > 0 || running_.empty()) return false;
-  // Every item sampled one token: decodes of one query token each and
-  // prefills' last chunks (which decode from now on).
-  if (plan.num_sampling_sequences != int32_t(plan.sequences.size()) ||
-      plan.num_decode_tokens != plan.num_decode_sequences)
-    return false;
-  // The plan's unfinished sequences are exactly the running ones, in their
-  // order (none was preempted or admitted since), and every one of them
-  // decodes in the next step: a chunked step's budget holds them all.
-  if (planned_slots_.size() - finished_in_plan_.size() != running_.size()) return false;
-  if (config_.policy == SchedulerPolicy::Chunked && int64_t(running_.size()) > config_.max_num_batched_tokens)
-    return false;
-  size_t r = 0, f = 0;
-  for (size_t k = 0; k < planned_slots_.size(); ++k) {
+  // Every decode took one query token (no speculation) ...
+  if (plan.num_decode_tokens != plan.num_decode_sequences) return false;
+  // ... and the running sequences are the plan's sampled, unfinished ones
+  // in their order (none was preempted or skipped), then prompts still
+  // prefilling: the sampled ones form the group and decode next.
+  if (!join_sampled_items(plan, 0)) return false;
+  for (size_t i = group_.size(); i < running_.size(); ++i)
+    if (!slots_[size_t(running_[i])].in_prefill()) return false;
+  repeating_ = !group_.empty();
+  return repeating_;
+}
+
+bool Scheduler::join_sampled_items(const IterationPlan& plan, size_t from) {
+  size_t f = 0;
+  while (f < finished_in_plan_.size() && size_t(finished_in_plan_[f]) < from) ++f;
+  for (size_t k = from; k < plan.sequences.size(); ++k) {
     if (f < finished_in_plan_.size() && size_t(finished_in_plan_[f]) == k) {
       ++f;
       continue;
     }
-    if (planned_slots_[k] != running_[r++]) return false;
-  }
-  int64_t steps_to_finish = std::numeric_limits<int64_t>::max();
-  for (const int32_t slot : running_) {
+    const int32_t slot = planned_slots_[k];
     const Sequence& s = slots_[size_t(slot)];
-    steps_to_finish = std::min<int64_t>(steps_to_finish, s.output_tokens - s.generated);
+    if (s.in_prefill()) continue;  // a prompt's chunk: it goes on prefilling
+    // It decodes next. Only a sequence that emitted a token in this step
+    // joins (a repeated step's gap is its inter-token latency): not a
+    // preempted one whose recomputation just ended.
+    if (!plan.sequences[k].samples) return false;
+    if (group_.size() >= running_.size() || running_[group_.size()] != slot) return false;
+    group_.push_back({slot, s.computed, int32_t(int64_t(s.blocks.size()) * kv_.block_size()),
+                      s.output_tokens - s.generated, group_steps_, uses_prefix_cache(s)});
+    group_cached_ += s.computed;
+    joiners_.push_back(int32_t(k));
   }
-  // The step in which the first sequences finish is repeated too: it is the
-  // plan's decodes as any other (retire_repeated then retires them).
-  repeats_left_ = steps_to_finish;
-  convert_plan_ = plan.num_prefill_sequences > 0 || !finished_in_plan_.empty();
   return true;
 }
 
-void Scheduler::convert_to_decodes(IterationPlan& plan) {
-  // What schedule() would plan for the running sequences: the finished
-  // sequences' items dropped (the others shifted down, from the first
-  // dropped one on) ...
-  if (!finished_in_plan_.empty()) {
-    size_t kept = size_t(finished_in_plan_.front()), f = 0;
-    for (size_t k = kept; k < plan.sequences.size(); ++k) {
+void Scheduler::sync_plan_with_group(IterationPlan& plan) {
+  // The last plan's group decodes stay in place but for the finished ones;
+  // the prompts that joined follow them as decodes (of one query token,
+  // sampled, without a prefix hit); the other items go.
+  size_t kept = plan_members_;
+  if (!finished_in_plan_.empty()) kept = std::min(kept, size_t(finished_in_plan_.front()));
+  size_t f = 0, j = 0;
+  while (f < finished_in_plan_.size() && size_t(finished_in_plan_[f]) < kept) ++f;
+  for (size_t k = kept; k < plan.sequences.size(); ++k) {
+    if (k < plan_members_) {
       if (f < finished_in_plan_.size() && size_t(finished_in_plan_[f]) == k) {
         ++f;
         continue;
       }
-      plan.sequences[kept] = plan.sequences[k];
-      planned_slots_[kept++] = planned_slots_[k];
+    } else {
+      if (j == joiners_.size()) break;
+      if (size_t(joiners_[j]) != k) continue;
+      ++j;
+      ScheduledSequence& item = plan.sequences[k];
+      item.num_query_tokens = 1;
+      item.is_prefill = false;
+      item.samples = true;
+      item.num_sample_rows = 1;
+      item.prefix_hit_tokens = 0;
     }
-    plan.sequences.resize(kept);
-    planned_slots_.resize(kept);
-    finished_in_plan_.clear();
+    if (kept != k) {
+      plan.sequences[kept] = plan.sequences[k];
+      planned_slots_[kept] = planned_slots_[k];
+    }
+    ++kept;
   }
-  // ... and the last prefill chunks turned into decodes (the decodes'
-  // items, of one query token, sampled, without a prefix hit, stay as they are).
-  for (ScheduledSequence& item : plan.sequences) {
-    if (!item.is_prefill) continue;
-    item.num_query_tokens = 1;
-    item.is_prefill = false;
-    item.samples = true;
-    item.num_sample_rows = 1;
-    item.prefix_hit_tokens = 0;
-  }
-  const auto n = int32_t(plan.sequences.size());
-  plan.num_prefill_tokens = plan.num_prefill_sequences = plan.num_prefix_hit_tokens = 0;
-  plan.num_decode_tokens = plan.num_decode_sequences = plan.num_sampling_sequences = plan.num_sample_rows = n;
-  convert_plan_ = false;
+  plan.sequences.resize(kept);
+  planned_slots_.resize(kept);
+  finished_in_plan_.clear();
+  joiners_.clear();
+  plan_members_ = kept;
+}
+
+void Scheduler::flush_member(const GroupMember& m, SchedulerListener& listener) {
+  Sequence& s = slots_[size_t(m.slot)];
+  s.computed = m.computed;
+  s.generated = s.output_tokens - m.left;
+  if (group_steps_ > m.joined) listener.on_repeated_tokens(s.request_id, int32_t(group_steps_ - m.joined));
+}
+
+void Scheduler::end_repeats(SchedulerListener& listener) {
+  if (!repeating_) return;
+  for (const GroupMember& m : group_) flush_member(m, listener);
+  group_.clear();
+  group_cached_ = 0;
+  repeating_ = false;
 }
 
 bool Scheduler::repeat_step(IterationPlan& plan, SchedulerListener& listener) {
-  if (repeats_left_ <= 0) return false;
-  // A sequence whose next token starts a block takes one free block; were
-  // they short, schedule() would preempt.
-  // (Counted only where the free blocks might not hold one for every sequence.)
-  if (kv_.num_free() < int64_t(running_.size())) {
-    int64_t growths = 0;
-    for (const int32_t slot : running_) {
-      const Sequence& s = slots_[size_t(slot)];
-      growths += holds(s, int64_t(s.computed) + 1) ? 0 : 1;
-    }
-    if (growths > kv_.num_free()) return false;
-  }
-  // A waiting request with a sequence slot free: continuous (which admits
-  // in prefill-only steps) leaves it to schedule() unless it certainly
-  // cannot be admitted; chunked admits as schedule_chunked does, after the
-  // decodes.
+  if (!repeating_) return false;
+  const auto n = int64_t(group_.size());
   const bool chunked = config_.policy == SchedulerPolicy::Chunked;
-  const bool may_admit = !waiting_.empty() && running_.size() < size_t(config_.max_num_seqs);
-  if (may_admit && !chunked && could_admit_first_waiting(kv_.num_free())) return false;
-  if (convert_plan_) convert_to_decodes(plan);
-  --repeats_left_;
+  // The stretch ends where schedule() would make another step: nobody
+  // decodes, a prompt sampled out of running order, the decodes exceed the
+  // token budget, ...
+  bool ends = n == 0 || group_broken_ || (chunked && n > config_.max_num_batched_tokens);
+  // ... a decode whose next token starts a block would find no free block
+  // (schedule() would preempt; counted only where the free blocks might not
+  // hold one for every decode), ...
+  if (!ends && kv_.num_free() < n) {
+    int64_t growths = 0;
+    for (const GroupMember& m : group_) growths += m.computed >= m.capacity ? 1 : 0;
+    ends = growths > kv_.num_free();
+  }
+  // ... or, under continuous (which admits in prefill-only steps), a
+  // waiting request might be admitted.
+  if (!ends && !chunked && !waiting_.empty() && running_.size() < size_t(config_.max_num_seqs))
+    ends = could_admit_first_waiting(kv_.num_free());
+  if (ends) {
+    end_repeats(listener);
+    return false;
+  }
+  sync_plan_with_group(plan);
   ++repeated_steps_;
   // As schedule() does it: continuous orders the queue before its decodes,
   // chunked after them (its decodes may cache blocks a waiting prompt hits).
-  if (config_.policy == SchedulerPolicy::Continuous) order_waiting_by_prefix_match();
-  for (size_t k = 0; k < planned_slots_.size(); ++k) {
-    Sequence& s = slots_[size_t(planned_slots_[k])];
-    ScheduledSequence& item = plan.sequences[k];
-    if (!holds(s, int64_t(s.computed) + 1)) {
-      kv_.grow_to(s.blocks, int64_t(s.computed) + 1);
-      item.block_table = std::span<const int32_t>(s.blocks);
+  if (!chunked) order_waiting_by_prefix_match();
+  // The decodes, in running order: blocks grown where the next token starts
+  // one, full blocks cached.
+  const bool lazy = lazy_repeats_;
+  for (size_t k = 0; k < group_.size(); ++k) {
+    GroupMember& m = group_[k];
+    if (m.computed >= m.capacity) {
+      Sequence& s = slots_[size_t(m.slot)];
+      kv_.grow_to(s.blocks, int64_t(m.computed) + 1);
+      m.capacity = int32_t(int64_t(s.blocks.size()) * kv_.block_size());
+      plan.sequences[k].block_table = std::span<const int32_t>(s.blocks);
     }
-    item.num_cached_tokens = s.computed;
-    if (uses_prefix_cache(s)) cache_full_blocks(s, int64_t(s.computed) + 1);
+    if (!lazy) plan.sequences[k].num_cached_tokens = m.computed;
+    if (m.prefix) {
+      Sequence& s = slots_[size_t(m.slot)];
+      s.computed = m.computed;
+      s.generated = s.output_tokens - m.left;
+      cache_full_blocks(s, int64_t(m.computed) + 1);
+    }
   }
-  repeated_items_ = planned_slots_.size();
+  // The plan's counts and sums for those decodes; the items that follow
+  // count themselves.
+  const auto decodes = int32_t(n);
+  plan.num_prefill_tokens = plan.num_prefill_sequences = plan.num_prefix_hit_tokens = 0;
+  plan.num_decode_tokens = plan.num_decode_sequences = plan.num_sampling_sequences = plan.num_sample_rows = decodes;
+  plan.prefill_attention = {};
+  plan.decode_attention = {group_cached_, group_cached_ + n};  // q = 1: c + 1 pairs each
+  plan.items_lag = lazy;
+  repeated_items_ = size_t(n);
   if (chunked) {
+    // The prompts' next chunks, then admissions, as schedule_chunked does.
+    int64_t budget = config_.max_num_batched_tokens - n;
+    schedule_ongoing_prefills(plan, budget, size_t(n), listener);
     order_waiting_by_prefix_match();
-    int64_t budget = config_.max_num_batched_tokens - int64_t(repeated_items_);
-    if (may_admit) admit_waiting_chunked(plan, budget, false, listener);
+    admit_waiting_chunked(plan, budget, false, listener);
   }
   hit_.clear();
   return true;
@@ -589,32 +647,60 @@ bool Scheduler::could_admit_first_waiting(int64_t free_blocks) const {
   return admission_fits(s, s.total(), free_blocks);
 }
 
-bool Scheduler::complete_repeat(const IterationPlan& plan, const IterationResult& result,
+void Scheduler::complete_repeat(const IterationPlan& plan, const IterationResult& result,
                                 SchedulerListener& listener) {
-  // Each repeated sequence emitted its one token: its KV now holds the token before.
-  for (size_t k = 0; k < repeated_items_; ++k) {
-    Sequence& s = slots_[size_t(planned_slots_[k])];
-    ++s.computed;
-    ++s.generated;
-  }
-  // The prompts admitted in the step, as complete() does (finishing is
-  // retire_repeated's, in plan order; a repeating executor never ends a
-  // sequence early).
-  for (size_t k = repeated_items_; k < planned_slots_.size(); ++k) apply_item(k, plan.sequences[k], result, listener);
-  return repeats_left_ == 0 || planned_slots_.size() > repeated_items_;
-}
-
-void Scheduler::retire_repeated(SchedulerListener& listener) {
-  // As complete() does, in plan order: the finished sequences leave.
+  // Each decode emitted its one token: its KV now holds the token before.
+  const size_t n = repeated_items_;
   finished_in_plan_.clear();
-  for (size_t k = 0; k < planned_slots_.size(); ++k) {
-    Sequence& s = slots_[size_t(planned_slots_[k])];
-    if (s.generated < s.output_tokens) continue;
+  for (size_t k = 0; k < n; ++k) {
+    GroupMember& m = group_[k];
+    ++m.computed;
+    if (--m.left == 0) finished_in_plan_.push_back(int32_t(k));
+  }
+  group_cached_ += int64_t(n);
+  ++group_steps_;
+  const size_t members_finished = finished_in_plan_.size();
+  // The other items (prompts' chunks) as complete() does, telling the
+  // listener of their tokens; then the finished ones, in plan order: the
+  // decodes that emitted their last token leave the group (their
+  // emissions recorded), then prompts that finished at once.
+  std::vector<int32_t>& others_finished = joiners_;  // reused as scratch until the joins below
+  others_finished.clear();
+  for (size_t k = n; k < plan.sequences.size(); ++k)
+    if (apply_item(k, plan.sequences[k], result, listener)) others_finished.push_back(int32_t(k));
+  for (size_t i = 0; i < members_finished; ++i) {
+    const GroupMember& m = group_[size_t(finished_in_plan_[i])];
+    flush_member(m, listener);
+    Sequence& s = slots_[size_t(m.slot)];
     s.finished = true;
-    finished_in_plan_.push_back(int32_t(k));
     listener.on_finished(s.request_id);
   }
-  remove_finished_from_running();
+  for (const int32_t k : others_finished) {
+    Sequence& s = slots_[size_t(planned_slots_[size_t(k)])];
+    s.finished = true;
+    listener.on_finished(s.request_id);
+    finished_in_plan_.push_back(k);
+  }
+  if (!finished_in_plan_.empty()) {
+    // The group's finished members leave it (running_[k] is member k's).
+    if (members_finished > 0) {
+      size_t kept = size_t(finished_in_plan_.front()), f = 0;
+      for (size_t k = kept; k < group_.size(); ++k) {
+        if (f < members_finished && size_t(finished_in_plan_[f]) == k) {
+          ++f;
+          group_cached_ -= group_[k].computed;
+          continue;
+        }
+        group_[kept++] = group_[k];
+      }
+      group_.resize(kept);
+    }
+    remove_finished_from_running();
+  }
+  // Prompts whose last chunk ran join the group, in running order.
+  plan_members_ = n;
+  joiners_.clear();
+  if (!join_sampled_items(plan, n)) group_broken_ = true;
 }
 
 }  // namespace servesim

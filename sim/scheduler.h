@@ -86,6 +86,11 @@ class SchedulerListener {
   virtual void on_first_scheduled(int64_t request_id) = 0;
   // `tokens` output tokens were emitted at the end of the current iteration.
   virtual void on_tokens(int64_t request_id, int32_t tokens) = 0;
+  // A repeated decode step's sequence (Scheduler::repeat_step) emitted one
+  // token in each of its last `tokens` steps, the last one now. Only a
+  // serving loop whose executor allows repeated steps hears of it; the
+  // others (real runs) never do.
+  virtual void on_repeated_tokens(int64_t request_id, int32_t tokens) { (void)request_id, (void)tokens; }
   virtual void on_finished(int64_t request_id) = 0;
   // Its KV blocks were taken back; it will recompute prompt + generated tokens.
   virtual void on_preempted(int64_t request_id) = 0;
@@ -123,32 +128,40 @@ class Scheduler {
                 SchedulerListener& listener);
 
   // Repeated decode steps: the serving loop's shortcut through stretches in
-  // which every running sequence decodes one token a step. After complete()
-  // of a step, begin_repeats(plan) says whether the next steps may reuse
-  // its plan: every item sampled one token (decodes of one query token,
-  // prefills' last chunks), without speculation (not under the static
-  // policy), and its unfinished sequences are the running ones, in their
-  // order. Each repeat_step(plan, listener) then turns `plan` into the next
-  // step, exactly what schedule() would make (finished sequences dropped,
-  // last prefill chunks turned into decodes, blocks grown, full blocks
-  // cached, the waiting queue ordered, and under chunked the waiting
-  // prompts admitted after the decodes), or returns false with nothing
-  // changed when the next step would differ: the free blocks would not hold
-  // every new one, or (continuous) a waiting request might be admitted.
-  // After the executor ran it, complete_repeat() applies it as complete()
-  // would, telling the listener only of the admitted prompts' tokens: the
-  // caller records the repeated sequences' emissions
-  // (MetricsRecorder::on_repeated_step over num_repeated_sequences() and
-  // on_repeated_tokens). It returns true when the stretch ends with the
-  // step: sequences emitted their last token or prompts were admitted. Once
-  // the emissions are recorded, retire_repeated() tells the listener which
-  // sequences finished and drops them, and begin_repeats(plan) may go on.
+  // which the running decodes each take one token a step. After complete()
+  // of a step, begin_repeats(plan) says whether the next steps may be made
+  // this way: every decode took one query token, without speculation (not
+  // under the static policy), and the running sequences are the step's
+  // sampled ones, in their order, then prompts still prefilling. Those
+  // that sampled form the stretch's decode group. Each repeat_step(plan,
+  // listener) then turns `plan` into the next step, exactly what schedule()
+  // would make: the group's decodes (finished sequences dropped, prompts
+  // whose last chunk ran joined, blocks grown and full blocks cached, in
+  // running order), then under chunked the prompts' next chunks and the
+  // waiting prompts admitted, as schedule_chunked does. Where the next
+  // step would differ (the free blocks would not hold every decode's next
+  // block, a decode would not fit the token budget, a joining prompt is not
+  // next in running order, or under continuous a waiting request might be
+  // admitted) it ends the stretch and returns false; schedule() then makes
+  // the step. After the executor ran a repeated step, complete_repeat()
+  // applies it as complete() would: the group's decodes by counters, not
+  // per sequence, the other items as complete() does. The listener hears of
+  // each group member's tokens when it leaves (it emitted its last token:
+  // on_repeated_tokens, then on_finished) or when the stretch ends
+  // (end_repeats); the caller adds the repeated decodes' inter-token gaps
+  // (MetricsRecorder::on_repeated_step over num_repeated_sequences()).
   bool begin_repeats(const IterationPlan& plan);
   bool repeat_step(IterationPlan& plan, SchedulerListener& listener);
-  bool complete_repeat(const IterationPlan& plan, const IterationResult& result, SchedulerListener& listener);
-  // The plan's first items, the repeated decodes (the rest were admitted).
+  void complete_repeat(const IterationPlan& plan, const IterationResult& result, SchedulerListener& listener);
+  // Ends a stretch (the last emission of each group member is now).
+  void end_repeats(SchedulerListener& listener);
+  bool repeating() const { return repeating_; }
+  // The last repeated step's group decodes: its plan's first items.
   int64_t num_repeated_sequences() const { return int64_t(repeated_items_); }
-  void retire_repeated(SchedulerListener& listener);
+  // Lazy repeats: the executor reads only the plan's counts and sums
+  // (Executor::needs_plan_items), so a repeated step leaves the group's
+  // items as they were and sets IterationPlan::items_lag.
+  void set_lazy_repeats(bool lazy) { lazy_repeats_ = lazy; }
 
   // Drops a request that is waiting or running (its client went away):
   // frees its KV blocks (full blocks keep their prefix-cache keys) and
@@ -207,8 +220,6 @@ class Scheduler {
                   SchedulerListener& listener);
   // Frees the sequences marked finished and drops them from running_.
   void remove_finished_from_running();
-  // The plan of begin_repeats as the next step's: for repeat_step.
-  void convert_to_decodes(IterationPlan& plan);
 
   // Admission of a waiting sequence (s.computed == 0), in three steps:
   // look its prefix up (hit_ holds the blocks; returns the tokens they
@@ -257,9 +268,38 @@ class Scheduler {
   bool speculate_this_iteration_ = false;  // k > 0 and not disabled by batch size
   int64_t preemptions_ = 0;
   std::vector<int32_t> finished_in_plan_;  // positions in the last plan of the sequences it finished
-  int64_t repeats_left_ = 0;  // steps repeat_step may make, the one in which sequences finish included
-  bool convert_plan_ = false; // the first repeat_step converts the plan (convert_to_decodes)
-  size_t repeated_items_ = 0;  // the last repeat_step's decodes: its plan's first items
+
+  // The decode group of a stretch of repeated steps: running_[0, n), the
+  // first n items of each repeated step's plan. Their Sequence's computed
+  // and generated are brought up to date only when they leave or the
+  // stretch ends (flush_member); until then these counters hold them.
+  struct GroupMember {
+    int32_t slot = 0;
+    int32_t computed = 0;  // cached tokens before the next step
+    int32_t capacity = 0;  // tokens its blocks hold
+    int32_t left = 0;      // tokens still to emit
+    int64_t joined = 0;    // group_steps_ when it joined
+    bool prefix = false;   // caches its full blocks (uses_prefix_cache)
+  };
+  // Joins the sampled, unfinished items of `plan` from position `from` on
+  // (begin_repeats: all; complete_repeat: the prompts whose last chunk ran)
+  // while each is next in running_; false where one is not.
+  bool join_sampled_items(const IterationPlan& plan, size_t from);
+  // The plan of the last step as the group's decodes: finished items
+  // dropped, joiners turned into decodes, the others dropped.
+  void sync_plan_with_group(IterationPlan& plan);
+  void flush_member(const GroupMember& m, SchedulerListener& listener);
+  // schedule_chunked's ongoing prefills of running_[from, end).
+  void schedule_ongoing_prefills(IterationPlan& plan, int64_t& budget, size_t from, SchedulerListener& listener);
+  std::vector<GroupMember> group_;
+  std::vector<int32_t> joiners_;  // positions in the last plan of the items that joined the group after it
+  size_t plan_members_ = 0;       // the last plan's first items that were group decodes
+  int64_t group_steps_ = 0;       // repeated steps completed
+  int64_t group_cached_ = 0;      // sum of the members' computed
+  bool repeating_ = false;
+  bool group_broken_ = false;     // a prompt sampled out of running order: the stretch ends
+  bool lazy_repeats_ = false;
+  size_t repeated_items_ = 0;  // the last repeat_step's group decodes: its plan's first items
   int64_t repeated_steps_ = 0;
 };
 

@@ -70,6 +70,7 @@ class JitterMultiplier final : public CostMultiplier {
  public:
   JitterMultiplier(const CostJitter& jitter, uint64_t seed) : jitter_(jitter), rng_(seed) {}
   double factor(const IterationPlan&, double) override { return jitter_.draw(rng_); }
+  bool needs_plan_items() const override { return false; }
 
  private:
   const CostJitter& jitter_;

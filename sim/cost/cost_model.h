@@ -20,6 +20,10 @@ class CostModel {
   virtual std::string name() const = 0;
   // Seconds of `plan` (never empty); the same plan always costs the same.
   virtual double seconds(const IterationPlan& plan) const = 0;
+  // False where seconds() reads only the plan's counts and sums, never its
+  // items: the scheduler may then leave repeated decodes' items as they were
+  // (IterationPlan::items_lag).
+  virtual bool needs_plan_items() const { return true; }
   // What summary.json's config.cost_model says of it.
   virtual nlohmann::json describe() const = 0;
 };
@@ -32,6 +36,7 @@ class CostMultiplier {
  public:
   virtual ~CostMultiplier() = default;
   virtual double factor(const IterationPlan& plan, double start_s) = 0;
+  virtual bool needs_plan_items() const { return true; }  // as CostModel's
 };
 
 }  // namespace servesim

@@ -21,6 +21,8 @@ class ParallelCostModel final : public CostModel {
   double seconds(const IterationPlan& plan) const override {
     return compute_->seconds(plan) + communication_.seconds(plan);
   }
+  // Communication reads the plan's token and row counts alone.
+  bool needs_plan_items() const override { return compute_->needs_plan_items(); }
   // The compute model's description with "parallel": layout and communication.
   nlohmann::json describe() const override;
 

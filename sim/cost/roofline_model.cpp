@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 #include <fmt/format.h>
 
@@ -54,6 +55,9 @@ RooflineModel::RooflineModel(const ModelSpec& model, const HardwareSpec& hardwar
   bytes_per_s_ = hardware_.memory_bandwidth * options_.memory_efficiency;
   gemm_peak_ = hardware_.gemm_flops(model_.quantization.weights);  // InputError: the device lacks the dtype
   dtype_bytes_ = model_.dtype_bytes();  // InputError: an unknown torch_dtype
+  const double kv_token = model_.quantization.kv_bytes_per_token_layer(double(rank_.kv_heads),
+                                                                       double(model_.head_dim), dtype_bytes_);
+  whole_attention_terms_ = std::floor(kv_token) == kv_token;
   // Filled here, not on first use: one model serves many threads (capacity).
   by_tokens_.resize(kTabulatedTokens);
   for (int64_t t = 0; t < kTabulatedTokens; ++t) by_tokens_[size_t(t)] = token_costs(t);
@@ -124,13 +128,64 @@ double RooflineModel::lm_head_time(int64_t rows) const {
   return 0;
 }
 
-RooflineBreakdown RooflineModel::breakdown(const IterationPlan& plan) const {
-  const double H = double(rank_.heads), Hkv = double(rank_.kv_heads);
-  const double dh = double(model_.head_dim);
-  const double L = double(model_.num_hidden_layers), b = double(dtype_bytes_);
-  const double q_out = H * dh, kv_out = Hkv * dh;
+// Attention of one sequence with q new tokens over c cached ones: query i
+// (0-based) sees c + i + 1 keys, so q*c + q(q+1)/2 query-key pairs, each 2
+// FLOPs for QK^T and 2 for PV per head dimension: 4*H*dh*pairs. Memory: K
+// and V of all c + q tokens read once (FlashAttention streams them), the
+// new K and V written to the cache, Q read and O written. K and V bytes per
+// token and layer as cached (--kv-cache-dtype).
+RooflineModel::AttentionTerms RooflineModel::attention_terms_by_items(const IterationPlan& plan) const {
+  const double H = double(rank_.heads), Hkv = double(rank_.kv_heads), dh = double(model_.head_dim);
+  const double b = double(dtype_bytes_), q_out = H * dh, kv_out = Hkv * dh;
   const Quantization& quant = model_.quantization;
-  const int checkpoint_bytes = dtype_bytes_;
+  const double kv_token = quant.kv_bytes_per_token_layer(Hkv, dh, dtype_bytes_);
+  if (plan.items_lag) throw std::logic_error("RooflineModel: a plan whose items lag cannot be summed item by item");
+  AttentionTerms out;
+  for (const ScheduledSequence& s : plan.sequences) {
+    const double q = s.num_query_tokens, c = s.num_cached_tokens;
+    const double pairs = q * c + q * (q + 1) / 2;
+    const double flops = 4 * H * dh * pairs;
+    const double bytes = quant.kv_cache == KvCacheDtype::Auto
+                             ? b * ((c + q) * 2 * kv_out + q * 2 * kv_out + 2 * q * q_out)
+                             : kv_token * ((c + q) + q) + b * 2 * q * q_out;
+    (s.is_prefill ? out.prefill_flops : out.decode_flops) += flops;
+    (s.is_prefill ? out.prefill_bytes : out.decode_bytes) += bytes;
+  }
+  return out;
+}
+
+RooflineModel::AttentionTerms RooflineModel::attention_terms(const IterationPlan& plan) const {
+  // The same terms from the plan's sums, in O(1): each item's FLOPs and
+  // bytes above are whole numbers (whole head counts, head dim and bytes per
+  // element; a whole number of cached bytes per token), so while every total
+  // stays below 2^52 the doubles summed item by item hold them exactly, in
+  // any order, and equal these products bit for bit.
+  if (!whole_attention_terms_) return attention_terms_by_items(plan);
+  const double H = double(rank_.heads), Hkv = double(rank_.kv_heads), dh = double(model_.head_dim);
+  const double b = double(dtype_bytes_), q_out = H * dh, kv_out = Hkv * dh;
+  const Quantization& quant = model_.quantization;
+  const double kv_token = quant.kv_bytes_per_token_layer(Hkv, dh, dtype_bytes_);
+  auto flops_of = [&](const IterationPlan::AttentionSums& a) { return 4 * H * dh * double(a.pairs); };
+  auto bytes_of = [&](const IterationPlan::AttentionSums& a, int32_t query_tokens) {
+    const double q = double(query_tokens), c = double(a.cached_tokens);
+    return quant.kv_cache == KvCacheDtype::Auto ? b * ((c + q) * 2 * kv_out + q * 2 * kv_out + 2 * q * q_out)
+                                                : kv_token * ((c + q) + q) + b * 2 * q * q_out;
+  };
+  AttentionTerms out;
+  out.prefill_flops = flops_of(plan.prefill_attention);
+  out.prefill_bytes = bytes_of(plan.prefill_attention, plan.num_prefill_tokens);
+  out.decode_flops = flops_of(plan.decode_attention);
+  out.decode_bytes = bytes_of(plan.decode_attention, plan.num_decode_tokens);
+  constexpr double kExactBelow = 4503599627370496.0;  // 2^52
+  if (out.prefill_flops < kExactBelow && out.prefill_bytes < kExactBelow && out.decode_flops < kExactBelow &&
+      out.decode_bytes < kExactBelow)
+    return out;
+  return attention_terms_by_items(plan);
+}
+
+RooflineBreakdown RooflineModel::breakdown(const IterationPlan& plan) const {
+  const double L = double(model_.num_hidden_layers);
+  const Quantization& quant = model_.quantization;
 
   RooflineBreakdown out;
   // The linear layers' and elementwise times depend on the batch's tokens
@@ -142,29 +197,9 @@ RooflineBreakdown RooflineModel::breakdown(const IterationPlan& plan) const {
   out.gate_up_proj = linear.gate_up_proj;
   out.down_proj = linear.down_proj;
 
-  // Attention of one sequence with q new tokens over c cached ones: query i
-  // (0-based) sees c + i + 1 keys, so q*c + q(q+1)/2 query-key pairs, each 2
-  // FLOPs for QK^T and 2 for PV per head dimension: 4*H*dh*pairs. Memory: K
-  // and V of all c + q tokens read once (FlashAttention streams them), the
-  // new K and V written to the cache, Q read and O written.
-  // K and V bytes per token and layer as cached (--kv-cache-dtype).
-  const double kv_token = quant.kv_bytes_per_token_layer(Hkv, dh, checkpoint_bytes);
-  double pf_flops = 0, pf_bytes = 0, dc_flops = 0, dc_bytes = 0;
-  for (const ScheduledSequence& s : plan.sequences) {
-    const double q = s.num_query_tokens, c = s.num_cached_tokens;
-    const double pairs = q * c + q * (q + 1) / 2;
-    const double flops = 4 * H * dh * pairs;
-    const double bytes = quant.kv_cache == KvCacheDtype::Auto
-                             ? b * ((c + q) * 2 * kv_out + q * 2 * kv_out + 2 * q * q_out)
-                             : kv_token * ((c + q) + q) + b * 2 * q * q_out;
-    if (s.is_prefill) {
-      pf_flops += flops;
-      pf_bytes += bytes;
-    } else {
-      dc_flops += flops;
-      dc_bytes += bytes;
-    }
-  }
+  const AttentionTerms attention = attention_terms(plan);
+  const double pf_flops = attention.prefill_flops, pf_bytes = attention.prefill_bytes;
+  const double dc_flops = attention.decode_flops, dc_bytes = attention.decode_bytes;
   // Prefill and decode sequences run as two attention kernels per layer.
   const double bf16_peak = hardware_.bf16_flops;
   const bool kv_auto = quant.kv_cache == KvCacheDtype::Auto;

@@ -82,6 +82,17 @@ class RooflineModel final : public CostModel {
   // {executor: "roofline", compute_efficiency, memory_efficiency, iteration_overhead_s}.
   nlohmann::json describe() const override;
   RooflineBreakdown breakdown(const IterationPlan& plan) const;
+  // The plan's counts and sums are all it reads (see attention_terms).
+  bool needs_plan_items() const override { return false; }
+
+  // Prefill and decode attention's FLOPs and bytes (one layer): from the
+  // plan's AttentionSums where that is exact (always, short of sums near
+  // 2^52), else summed item by item.
+  struct AttentionTerms {
+    double prefill_flops = 0, prefill_bytes = 0, decode_flops = 0, decode_bytes = 0;
+  };
+  AttentionTerms attention_terms(const IterationPlan& plan) const;
+  AttentionTerms attention_terms_by_items(const IterationPlan& plan) const;
 
   // One operator's time under the roofline (bf16 peak and efficiencies) ...
   double op_time(double flops, double bytes) const;
@@ -111,6 +122,7 @@ class RooflineModel final : public CostModel {
   // Bytes of the checkpoint's dtype, read once: ModelSpec::dtype_bytes
   // compares strings, too dear for every iteration.
   int dtype_bytes_;
+  bool whole_attention_terms_ = false;  // each item's attention FLOPs and bytes are whole numbers
   std::vector<TokenCosts> by_tokens_;     // [tokens] for tokens < kTabulatedTokens
   std::vector<double> lm_head_by_rows_;  // [rows] for rows < kTabulatedRows
 };

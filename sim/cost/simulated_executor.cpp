@@ -55,6 +55,13 @@ void SimulatedExecutor::execute(const IterationPlan& plan, IterationResult& resu
   for (CostMultiplier* m : multipliers_) result.duration_s *= m->factor(plan, clock_.now());
 }
 
+bool SimulatedExecutor::needs_plan_items() const {
+  if (speculation_ || target_.needs_plan_items()) return true;
+  for (const CostMultiplier* m : multipliers_)
+    if (m->needs_plan_items()) return true;
+  return false;
+}
+
 void SimulatedExecutor::on_request_finished(int64_t request_id) {
   if (!speculation_) return;
   speculation_->draft_cache.forget(request_id);

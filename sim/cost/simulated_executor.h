@@ -41,6 +41,7 @@ class SimulatedExecutor final : public Executor {
   void execute(const IterationPlan& plan, IterationResult& result) override;
   void on_request_finished(int64_t request_id) override;
   bool emits_one_token_per_sequence() const override { return !speculation_; }
+  bool needs_plan_items() const override;
 
   // What speculation did so far; nullptr without speculation.
   const SpeculativeStats* speculative_stats() const { return speculation_ ? &speculation_->stats : nullptr; }

@@ -63,7 +63,6 @@ int64_t step_side_by_side(SchedulerConfig config, const std::vector<Request>& re
   }
   IterationPlan full_plan, fast_plan;
   const IterationResult result;  // one token per sampling sequence
-  bool repeating = false;
   std::vector<int32_t> generated(requests.size() + late.size(), 0);
   for (int step = 0; step < steps && full.has_unfinished(); ++step) {
     INFO("step " << step);
@@ -72,21 +71,19 @@ int64_t step_side_by_side(SchedulerConfig config, const std::vector<Request>& re
         REQUIRE_FALSE(full.add_request(r));
         REQUIRE_FALSE(fast.add_request(r));
       }
-      repeating = false;  // an arrival ends a stretch (the serving loop's rule)
     }
     full.schedule(full_plan, listener);
     // As the serving loop does: repeat while it may, else a full step.
-    const bool repeated = repeating && fast.repeat_step(fast_plan, listener);
+    const bool repeated = fast.repeating() && fast.repeat_step(fast_plan, listener);
     if (!repeated) fast.schedule(fast_plan, listener);
     fast_plan.index = full_plan.index;
     REQUIRE(view(fast_plan) == view(full_plan));
     full.complete(full_plan, result, listener);
     if (!repeated) {
       fast.complete(fast_plan, result, listener);
-      repeating = fast.begin_repeats(fast_plan);
-    } else if (fast.complete_repeat(fast_plan, result, listener)) {  // sequences finished or prompts joined
-      fast.retire_repeated(listener);
-      repeating = fast.begin_repeats(fast_plan);
+      fast.begin_repeats(fast_plan);
+    } else {
+      fast.complete_repeat(fast_plan, result, listener);
     }
     REQUIRE(fast.num_running() == full.num_running());
     for (const ScheduledSequence& s : full_plan.sequences)
@@ -164,11 +161,14 @@ TEST_CASE("Repeated decode steps go on through the steps in which sequences fini
     const SchedulerConfig config = test::scheduler_config(policy, 8, 512, 16, 400, 4096, 0.0);
     CHECK(step_side_by_side(config, requests, 400) == 199);
   }
-  SECTION("prompts split over steps: a stretch begins once every item samples") {
-    // A 64-token budget: request 1's prompt runs over two steps, request 2's
-    // waits for the second; from the third step on, every step repeats.
+  SECTION("prompts split over steps: a stretch goes on through their chunks") {
+    // A 64-token budget: request 0's prompt and the first 24 tokens of
+    // request 1's fill the first step (scheduled in full); from the second
+    // on, every step repeats: request 0 decodes in a group that request 1
+    // joins after its last chunk and requests 2 and 3 after theirs,
+    // admitted in repeated steps, until request 2's last token in step 200.
     const SchedulerConfig config = test::scheduler_config(SchedulerPolicy::Chunked, 8, 64, 16, 400, 4096, 0.0);
-    CHECK(step_side_by_side(config, requests, 400) == 198);
+    CHECK(step_side_by_side(config, requests, 400) == 200);
   }
 }
 
