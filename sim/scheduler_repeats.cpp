@@ -1,0 +1,248 @@
+// Scheduler's stretches of repeated decode steps (scheduler.h, "Repeated
+// decode steps"): the running decodes kept as one group whose counters
+// advance together, so that a step costs its events (block growth,
+// completions, prompts' chunks and admissions) and not a pass over every
+// sequence. Each step is exactly the one schedule() would make; the tests
+// run both side by side (tests/sim/test_scheduler_repeats.cpp).
+#include <algorithm>
+#include <stdexcept>
+#include <vector>
+
+#include "sim/scheduler.h"
+
+namespace servesim {
+
+bool Scheduler::begin_repeats(const IterationPlan& plan) {
+  group_.clear();
+  group_cached_ = 0;
+  joiners_.clear();
+  plan_members_ = 0;
+  group_broken_ = false;
+  repeating_ = false;
+  if (config_.policy == SchedulerPolicy::Static || config_.num_speculative_tokens > 0 || running_.empty()) return false;
+  // Every decode took one query token (no speculation) ...
+  if (plan.num_decode_tokens != plan.num_decode_sequences) return false;
+  // ... and the running sequences are the plan's sampled, unfinished ones
+  // in their order (none was preempted or skipped), then prompts still
+  // prefilling: the sampled ones form the group and decode next.
+  if (!join_sampled_items(plan, 0)) return false;
+  for (size_t i = group_.size(); i < running_.size(); ++i)
+    if (!slots_[size_t(running_[i])].in_prefill()) return false;
+  repeating_ = !group_.empty();
+  return repeating_;
+}
+
+bool Scheduler::join_sampled_items(const IterationPlan& plan, size_t from) {
+  size_t f = 0;
+  while (f < finished_in_plan_.size() && size_t(finished_in_plan_[f]) < from) ++f;
+  for (size_t k = from; k < plan.sequences.size(); ++k) {
+    if (f < finished_in_plan_.size() && size_t(finished_in_plan_[f]) == k) {
+      ++f;
+      continue;
+    }
+    const int32_t slot = planned_slots_[k];
+    const Sequence& s = slots_[size_t(slot)];
+    if (s.in_prefill()) continue;  // a prompt's chunk: it goes on prefilling
+    // It decodes next. Only a sequence that emitted a token in this step
+    // joins (a repeated step's gap is its inter-token latency): not a
+    // preempted one whose recomputation just ended.
+    if (!plan.sequences[k].samples) return false;
+    if (group_.size() >= running_.size() || running_[group_.size()] != slot) return false;
+    group_.push_back({slot, s.computed, int32_t(int64_t(s.blocks.size()) * kv_.block_size()),
+                      s.output_tokens - s.generated, group_steps_, uses_prefix_cache(s)});
+    group_cached_ += s.computed;
+    joiners_.push_back(int32_t(k));
+  }
+  return true;
+}
+
+void Scheduler::sync_plan_with_group(IterationPlan& plan) {
+  // The last plan's group decodes stay in place but for the finished ones;
+  // the prompts that joined follow them as decodes (of one query token,
+  // sampled, without a prefix hit); the other items go.
+  size_t kept = plan_members_;
+  if (!finished_in_plan_.empty()) kept = std::min(kept, size_t(finished_in_plan_.front()));
+  size_t f = 0, j = 0;
+  while (f < finished_in_plan_.size() && size_t(finished_in_plan_[f]) < kept) ++f;
+  for (size_t k = kept; k < plan.sequences.size(); ++k) {
+    if (k < plan_members_) {
+      if (f < finished_in_plan_.size() && size_t(finished_in_plan_[f]) == k) {
+        ++f;
+        continue;
+      }
+    } else {
+      if (j == joiners_.size()) break;
+      if (size_t(joiners_[j]) != k) continue;
+      ++j;
+      ScheduledSequence& item = plan.sequences[k];
+      item.num_query_tokens = 1;
+      item.is_prefill = false;
+      item.samples = true;
+      item.num_sample_rows = 1;
+      item.prefix_hit_tokens = 0;
+    }
+    if (kept != k) {
+      plan.sequences[kept] = plan.sequences[k];
+      planned_slots_[kept] = planned_slots_[k];
+    }
+    ++kept;
+  }
+  plan.sequences.resize(kept);
+  planned_slots_.resize(kept);
+  finished_in_plan_.clear();
+  joiners_.clear();
+  plan_members_ = kept;
+}
+
+void Scheduler::flush_member(const GroupMember& m, SchedulerListener& listener) {
+  Sequence& s = slots_[size_t(m.slot)];
+  s.computed = m.computed;
+  s.generated = s.output_tokens - m.left;
+  if (group_steps_ > m.joined) listener.on_repeated_tokens(s.request_id, int32_t(group_steps_ - m.joined));
+}
+
+void Scheduler::end_repeats(SchedulerListener& listener) {
+  if (!repeating_) return;
+  for (const GroupMember& m : group_) flush_member(m, listener);
+  group_.clear();
+  group_cached_ = 0;
+  repeating_ = false;
+}
+
+bool Scheduler::repeat_step(IterationPlan& plan, SchedulerListener& listener) {
+  if (!repeating_) return false;
+  const auto n = int64_t(group_.size());
+  const bool chunked = config_.policy == SchedulerPolicy::Chunked;
+  // The stretch ends where schedule() would make another step: nobody
+  // decodes, a prompt sampled out of running order, the decodes exceed the
+  // token budget, ...
+  bool ends = n == 0 || group_broken_ || (chunked && n > config_.max_num_batched_tokens);
+  // ... a decode whose next token starts a block would find no free block
+  // (schedule() would preempt; counted only where the free blocks might not
+  // hold one for every decode), ...
+  if (!ends && kv_.num_free() < n) {
+    int64_t growths = 0;
+    for (const GroupMember& m : group_) growths += m.computed >= m.capacity ? 1 : 0;
+    ends = growths > kv_.num_free();
+  }
+  // ... or, under continuous (which admits in prefill-only steps), a
+  // waiting request might be admitted.
+  if (!ends && !chunked && !waiting_.empty() && running_.size() < size_t(config_.max_num_seqs))
+    ends = could_admit_first_waiting(kv_.num_free());
+  if (ends) {
+    end_repeats(listener);
+    return false;
+  }
+  sync_plan_with_group(plan);
+  ++repeated_steps_;
+  // As schedule() does it: continuous orders the queue before its decodes,
+  // chunked after them (its decodes may cache blocks a waiting prompt hits).
+  if (!chunked) order_waiting_by_prefix_match();
+  // The decodes, in running order: blocks grown where the next token starts
+  // one, full blocks cached.
+  const bool lazy = lazy_repeats_;
+  for (size_t k = 0; k < group_.size(); ++k) {
+    GroupMember& m = group_[k];
+    if (m.computed >= m.capacity) {
+      Sequence& s = slots_[size_t(m.slot)];
+      kv_.grow_to(s.blocks, int64_t(m.computed) + 1);
+      m.capacity = int32_t(int64_t(s.blocks.size()) * kv_.block_size());
+      plan.sequences[k].block_table = std::span<const int32_t>(s.blocks);
+    }
+    if (!lazy) plan.sequences[k].num_cached_tokens = m.computed;
+    if (m.prefix) {
+      Sequence& s = slots_[size_t(m.slot)];
+      s.computed = m.computed;
+      s.generated = s.output_tokens - m.left;
+      cache_full_blocks(s, int64_t(m.computed) + 1);
+    }
+  }
+  // The plan's counts and sums for those decodes; the items that follow
+  // count themselves.
+  const auto decodes = int32_t(n);
+  plan.num_prefill_tokens = plan.num_prefill_sequences = plan.num_prefix_hit_tokens = 0;
+  plan.num_decode_tokens = plan.num_decode_sequences = plan.num_sampling_sequences = plan.num_sample_rows = decodes;
+  plan.prefill_attention = {};
+  plan.decode_attention = {group_cached_, group_cached_ + n};  // q = 1: c + 1 pairs each
+  plan.items_lag = lazy;
+  repeated_items_ = size_t(n);
+  if (chunked) {
+    // The prompts' next chunks, then admissions, as schedule_chunked does.
+    int64_t budget = config_.max_num_batched_tokens - n;
+    schedule_ongoing_prefills(plan, budget, size_t(n), listener);
+    order_waiting_by_prefix_match();
+    admit_waiting_chunked(plan, budget, false, listener);
+  }
+  hit_.clear();
+  return true;
+}
+
+bool Scheduler::could_admit_first_waiting(int64_t free_blocks) const {
+  const Sequence& s = slots_[size_t(waiting_.front())];
+  // Unsure where a prefix hit or the queue's order (lpm) depends on the
+  // cache, which this very step may fill.
+  if (uses_prefix_cache(s) || (config_.waiting_order == WaitingOrder::LongestPrefixMatch &&
+                               config_.enable_prefix_caching && waiting_.size() > 1))
+    return true;
+  // Without a hit (hit_ is empty between steps): the whole sequence, as
+  // continuous admits it.
+  return admission_fits(s, s.total(), free_blocks);
+}
+
+void Scheduler::complete_repeat(const IterationPlan& plan, const IterationResult& result,
+                                SchedulerListener& listener) {
+  // Each decode emitted its one token: its KV now holds the token before.
+  const size_t n = repeated_items_;
+  finished_in_plan_.clear();
+  for (size_t k = 0; k < n; ++k) {
+    GroupMember& m = group_[k];
+    ++m.computed;
+    if (--m.left == 0) finished_in_plan_.push_back(int32_t(k));
+  }
+  group_cached_ += int64_t(n);
+  ++group_steps_;
+  const size_t members_finished = finished_in_plan_.size();
+  // The other items (prompts' chunks) as complete() does, telling the
+  // listener of their tokens; then the finished ones, in plan order: the
+  // decodes that emitted their last token leave the group (their
+  // emissions recorded), then prompts that finished at once.
+  std::vector<int32_t>& others_finished = joiners_;  // reused as scratch until the joins below
+  others_finished.clear();
+  for (size_t k = n; k < plan.sequences.size(); ++k)
+    if (apply_item(k, plan.sequences[k], result, listener)) others_finished.push_back(int32_t(k));
+  for (size_t i = 0; i < members_finished; ++i) {
+    const GroupMember& m = group_[size_t(finished_in_plan_[i])];
+    flush_member(m, listener);
+    Sequence& s = slots_[size_t(m.slot)];
+    s.finished = true;
+    listener.on_finished(s.request_id);
+  }
+  for (const int32_t k : others_finished) {
+    Sequence& s = slots_[size_t(planned_slots_[size_t(k)])];
+    s.finished = true;
+    listener.on_finished(s.request_id);
+    finished_in_plan_.push_back(k);
+  }
+  if (!finished_in_plan_.empty()) {
+    // The group's finished members leave it (running_[k] is member k's).
+    if (members_finished > 0) {
+      size_t kept = size_t(finished_in_plan_.front()), f = 0;
+      for (size_t k = kept; k < group_.size(); ++k) {
+        if (f < members_finished && size_t(finished_in_plan_[f]) == k) {
+          ++f;
+          group_cached_ -= group_[k].computed;
+          continue;
+        }
+        group_[kept++] = group_[k];
+      }
+      group_.resize(kept);
+    }
+    remove_finished_from_running();
+  }
+  // Prompts whose last chunk ran join the group, in running order.
+  plan_members_ = n;
+  joiners_.clear();
+  if (!join_sampled_items(plan, n)) group_broken_ = true;
+}
+
+}  // namespace servesim
