@@ -1,9 +1,10 @@
 // Scheduler's stretches of repeated decode steps (scheduler.h, "Repeated
-// decode steps"): the running decodes kept as one group whose counters
-// advance together, so that a step costs its events (block growth,
-// completions, prompts' chunks and admissions) and not a pass over every
-// sequence. Each step is exactly the one schedule() would make; the tests
-// run both side by side (tests/sim/test_scheduler_repeats.cpp).
+// decode steps"): the running decodes kept as one group of small counters
+// that advance together, so that a step costs one pass over those counters
+// plus its events (block growth, completions, prompts' chunks and
+// admissions), not the per-sequence scheduling and bookkeeping of
+// schedule() and complete(). Each step is exactly the one schedule() would
+// make; the tests run both side by side (tests/sim/test_scheduler_repeats.cpp).
 #include <algorithm>
 #include <stdexcept>
 #include <vector>
