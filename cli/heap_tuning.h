@@ -9,9 +9,11 @@ namespace servesim::cli {
 // transparent huge pages. A simulation fills tens of MB of fresh arrays
 // (requests, inter-token runs, iteration records); on 4 KiB pages each page
 // costs a fault, which on the project's VMs was a third of a short run's
-// time (docs/performance.md, "Start-up and memory"). Only address space is
-// reserved: a page is backed when first written, as before. Does nothing
-// where the allocator is not glibc's, and nothing visible where THP is off.
+// time (docs/performance.md, "Start-up and memory"). The heap's unaligned
+// start, below its first 2 MiB boundary, is set aside unwritten so that no
+// allocation lands on 4 KiB pages there. Only address space is reserved: a
+// page is backed when first written, as before. Does nothing where the
+// allocator is not glibc's, and nothing visible where THP is off.
 // Call it first thing in a command, before its large allocations.
 void prepare_heap_for_simulation();
 
