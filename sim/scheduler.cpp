@@ -85,7 +85,7 @@ void Scheduler::free_slot(int32_t slot) {
 }
 
 bool Scheduler::abort_request(int64_t request_id) {
-  // A stretch's members hold their counters in group_ (only simulations repeat steps; none aborts).
+  // A stretch's members hold their counters in member_ (only simulations repeat steps; none aborts).
   if (repeating_) throw std::logic_error("Scheduler::abort_request during a stretch of repeated steps");
   auto holds = [&](int32_t slot) { return slots_[size_t(slot)].request_id == request_id; };
   if (auto it = std::find_if(waiting_.begin(), waiting_.end(), holds); it != waiting_.end()) {

@@ -6,7 +6,9 @@
 #include <cstdint>
 #include <deque>
 #include <optional>
+#include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "sim/iteration_plan.h"
@@ -272,15 +274,19 @@ class Scheduler {
   // The decode group of a stretch of repeated steps: running_[0, n), the
   // first n items of each repeated step's plan. Their Sequence's computed
   // and generated are brought up to date only when they leave or the
-  // stretch ends (flush_member); until then these counters hold them.
+  // stretch ends (flush_member); until then a member's numbers are offsets
+  // from group_steps_, so that a step moves them all at once: only the
+  // members whose next token starts a block (growth_ring_) and those that
+  // emit their last one (finish_calendar_) are visited.
   struct GroupMember {
-    int32_t slot = 0;
-    int32_t computed = 0;  // cached tokens before the next step
-    int32_t capacity = 0;  // tokens its blocks hold
-    int32_t left = 0;      // tokens still to emit
-    int64_t joined = 0;    // group_steps_ when it joined
-    bool prefix = false;   // caches its full blocks (uses_prefix_cache)
+    int64_t base = 0;         // cached tokens before the next step: base + group_steps_
+    int64_t next_growth = 0;  // the group_steps_ at which they fill the blocks: blocks x block_size - base
+    int64_t finish = 0;       // the group_steps_ once it has emitted its last token
+    int64_t joined = 0;       // group_steps_ when it joined
+    int64_t order = 0;        // when it joined, counted: running order
+    bool prefix = false;      // caches its full blocks (uses_prefix_cache)
   };
+  GroupMember& member(int32_t slot) { return member_[size_t(slot)]; }
   // Joins the sampled, unfinished items of `plan` from position `from` on
   // (begin_repeats: all; complete_repeat: the prompts whose last chunk ran)
   // while each is next in running_; false where one is not.
@@ -288,14 +294,30 @@ class Scheduler {
   // The plan of the last step as the group's decodes: finished items
   // dropped, joiners turned into decodes, the others dropped.
   void sync_plan_with_group(IterationPlan& plan);
-  void flush_member(const GroupMember& m, SchedulerListener& listener);
+  void flush_member(int32_t slot, SchedulerListener& listener);
   // schedule_chunked's ongoing prefills of running_[from, end).
   void schedule_ongoing_prefills(IterationPlan& plan, int64_t& budget, size_t from, SchedulerListener& listener);
-  std::vector<GroupMember> group_;
+  // The group's growths in the step at group_steps_, in running order:
+  // from its ring bucket (lazy), or every member with its plan item
+  // brought up to date.
+  void grow_members_from_ring();
+  void grow_members_in_plan(IterationPlan& plan);
+  void grow_member(int32_t slot);
+  // Drops the members that left from running_[0, n) (positions in
+  // `positions`, ascending) and from the growth ring.
+  void drop_members(std::span<const int32_t> positions);
+  void clear_group();
+  std::vector<GroupMember> member_;  // by slot
+  size_t group_size_ = 0;
+  std::vector<std::vector<int32_t>> growth_ring_;  // block_size buckets of slots, by next_growth, in running order
+  // (finish, order, slot) of every member, earliest first.
+  std::vector<std::tuple<int64_t, int64_t, int32_t>> finish_calendar_;
+  int64_t group_base_sum_ = 0;  // sum of the members' base
+  int64_t next_order_ = 0;
+  int32_t prefix_members_ = 0;
   std::vector<int32_t> joiners_;  // positions in the last plan of the items that joined the group after it
   size_t plan_members_ = 0;       // the last plan's first items that were group decodes
   int64_t group_steps_ = 0;       // repeated steps completed
-  int64_t group_cached_ = 0;      // sum of the members' computed
   bool repeating_ = false;
   bool group_broken_ = false;     // a prompt sampled out of running order: the stretch ends
   bool lazy_repeats_ = false;
