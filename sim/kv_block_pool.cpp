@@ -98,6 +98,23 @@ bool KvBlockPool::grow(std::vector<int32_t>& table, int64_t tokens) {
   const int64_t need = blocks_for(tokens) - int64_t(table.size());
   if (need > num_free_) return false;
   const size_t first = table.size();
+  if (!ever_keyed_) {
+    // No block ever held a key: no entry of the queue went stale (only a
+    // cache hit takes a block out of it) and there is no key to drop, so
+    // the queue's next `need` entries are the blocks, taken at once.
+    const auto from = queue_.begin() + std::ptrdiff_t(head_);
+    table.insert(table.end(), from, from + need);
+    for (size_t i = first; i < table.size(); ++i) {
+      Block& b = blocks_[size_t(table[i])];
+      b.queued_at = -1;
+      b.ref_count = 1;
+    }
+    head_ += size_t(need);
+    num_free_ -= need;
+    if (head_ > queue_.size() / 2 && head_ >= 4096) compact();
+    peak_used_ = std::max(peak_used_, num_used());
+    return true;
+  }
   // Lazy eviction: a slot is reused only now. One pass, pipelined so that
   // memory is loaded ahead and the misses overlap: the queue's next blocks
   // 2 kPrefetchAhead ahead, a taken block's index line as it is taken, and
@@ -174,6 +191,7 @@ inline void KvBlockPool::cache_one(int32_t block, uint64_t hash) {
   if (b.next_same_key != kNoKey) return;  // a hit block: already cached under its key
   b.key = hash;
   b.next_same_key = -1;
+  ever_keyed_ = true;
   const int32_t first = by_key_.insert(hash, block, key_of());
   if (first != block) append_holder(first, block);
 }

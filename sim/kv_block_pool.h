@@ -131,6 +131,7 @@ class KvBlockPool {
   int64_t peak_used_ = 0;
   int64_t evicted_blocks_ = 0;
   int64_t duplicate_keys_ = 0;     // keys held by a block other than the first with that key
+  bool ever_keyed_ = false;        // a block was given a key (grow's shortcut is off from then on)
   BlockKeyIndex by_key_;           // key -> first block holding it
 };
 

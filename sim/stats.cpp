@@ -88,11 +88,11 @@ void StreamingSamples::add_new_value(double value) {
     max_ = std::max(max_, value);
   }
   ++count_;
-  sum_ += value;
   if (histogram_.empty()) {
     add_exact(value);
     if (size_t(exact_count_) > exact_limit_) move_to_histogram();
   } else {
+    sum_ += value;
     add_to_histogram(value);
   }
 }
@@ -113,7 +113,6 @@ void StreamingSamples::add_repeated(double value, int64_t n) {
       runs_.back().count += int32_t(m);  // within the exact limit
       exact_count_ += m;
       count_ += m;
-      sum_ = add_repeatedly(sum_, value, m);
       n -= m;
     }
     if (n == 0) return;
@@ -152,6 +151,9 @@ void StreamingSamples::merge(const StreamingSamples& other) {
 }
 
 void StreamingSamples::move_to_histogram() {
+  // The sum so far, as adding each sample in turn gives it (add_repeatedly).
+  sum_ = 0;
+  for (const Run& run : runs_) sum_ = add_repeatedly(sum_, run.value, run.count);
   histogram_.assign(kHistBins, 0);
   for (const Run& run : runs_)
     for (int64_t i = 0; i < run.count; ++i) add_to_histogram(run.value);

@@ -36,7 +36,6 @@ class StreamingSamples {
       ++runs_.back().count;
       ++exact_count_;
       ++count_;
-      sum_ += value;
       return;
     }
     add_new_value(value);
@@ -75,6 +74,9 @@ class StreamingSamples {
   int64_t exact_count_ = 0;  // samples in runs_
   std::vector<int64_t> histogram_;  // bin i holds values in [lo*r^i, lo*r^(i+1))
   int64_t count_ = 0;
+  // The samples' sum in arrival order, for the histogram's mean: kept from
+  // the move to the histogram on (the exact samples' is taken from their
+  // runs then; summarize() sums exact samples in sorted order).
   double sum_ = 0, min_ = 0, max_ = 0;
   double last_value_ = -1;  // the last value binned, and its bin
   size_t last_bin_ = 0;

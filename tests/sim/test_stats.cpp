@@ -224,3 +224,24 @@ TEST_CASE("StreamingSamples::add_repeated is n calls of add, across the exact li
     CHECK(a.max == b.max);
   }
 }
+
+TEST_CASE("StreamingSamples past its exact limit keeps the mean of the samples added in turn", "[stats]") {
+  // The histogram's mean divides the sum of every sample in arrival order:
+  // the exact ones' taken from their runs at the move, the later ones added.
+  const std::vector<double> data = lognormal_samples(5000, 11);
+  for (const size_t limit : {size_t(1), size_t(100), size_t(4999)}) {
+    StreamingSamples s(limit);
+    double sum = 0;
+    for (size_t i = 0; i < data.size(); ++i) {
+      s.add(data[i]);
+      if (i % 7 == 0) s.add_repeated(data[i], 30);
+      sum += data[i];
+      if (i % 7 == 0)
+        for (int k = 0; k < 30; ++k) sum += data[i];
+    }
+    INFO("exact limit " << limit);
+    REQUIRE_FALSE(s.exact());
+    const Distribution d = s.summarize();
+    CHECK(d.mean == sum / double(d.count));
+  }
+}
