@@ -66,8 +66,8 @@ struct IterationPlan {
   AttentionSums prefill_attention, decode_attention;
   // Set by the scheduler's repeated decode steps where the executor reads
   // only the counts and sums above (Scheduler::set_lazy_repeats): the
-  // repeated decodes' num_cached_tokens then still hold the value of the
-  // step in which each joined the stretch (their block tables are current).
+  // repeated decodes' items (the first num_decode_sequences) are then not
+  // kept up to date, only their number is right.
   bool items_lag = false;
 
   bool empty() const { return sequences.empty(); }

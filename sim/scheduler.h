@@ -161,8 +161,8 @@ class Scheduler {
   // The last repeated step's group decodes: its plan's first items.
   int64_t num_repeated_sequences() const { return int64_t(repeated_items_); }
   // Lazy repeats: the executor reads only the plan's counts and sums
-  // (Executor::needs_plan_items), so a repeated step leaves the group's
-  // items as they were and sets IterationPlan::items_lag.
+  // (Executor::needs_plan_items), so a repeated step keeps only the number
+  // of the group's items, not their contents (IterationPlan::items_lag).
   void set_lazy_repeats(bool lazy) { lazy_repeats_ = lazy; }
 
   // Drops a request that is waiting or running (its client went away):

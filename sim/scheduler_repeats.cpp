@@ -84,6 +84,15 @@ bool Scheduler::join_sampled_items(const IterationPlan& plan, size_t from) {
 }
 
 void Scheduler::sync_plan_with_group(IterationPlan& plan) {
+  if (lazy_repeats_) {
+    // Nobody reads the group's items: only their number is kept.
+    plan.sequences.resize(group_size_);
+    planned_slots_.resize(group_size_);
+    finished_in_plan_.clear();
+    joiners_.clear();
+    plan_members_ = group_size_;
+    return;
+  }
   // The last plan's group decodes stay in place but for the finished ones;
   // the prompts that joined follow them as decodes (of one query token,
   // sampled, without a prefix hit); the other items go.
