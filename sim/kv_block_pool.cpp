@@ -153,6 +153,23 @@ void KvBlockPool::shrink_to(std::vector<int32_t>& table, int64_t tokens) {
 }
 
 void KvBlockPool::release(std::vector<int32_t>& table) {
+  if (!ever_keyed_) {
+    // No block ever held a key, so none is shared: each goes to the queue's
+    // tail at once, last block first.
+    const int64_t first = queue_base_ + int64_t(queue_.size());
+    for (size_t i = 0; i < table.size(); ++i) {
+      const int32_t block = table[table.size() - 1 - i];
+      Block& b = blocks_[size_t(block)];
+      if (b.ref_count != 1)
+        throw std::logic_error(fmt::format("KvBlockPool: block {} freed while not held once", block));
+      b.ref_count = 0;
+      b.queued_at = first + int64_t(i);
+    }
+    queue_.insert(queue_.end(), table.rbegin(), table.rend());
+    num_free_ += int64_t(table.size());
+    table.clear();
+    return;
+  }
   for (auto it = table.rbegin(); it != table.rend(); ++it) free_one(*it);
   table.clear();
 }
