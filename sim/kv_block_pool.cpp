@@ -57,6 +57,12 @@ inline int32_t KvBlockPool::pop_front_free() {
 }
 
 void KvBlockPool::compact() {
+  if (!ever_keyed_) {  // every entry from the head is a free block
+    queue_.erase(queue_.begin(), queue_.begin() + std::ptrdiff_t(head_));
+    head_ = 0;
+    queue_base_ = 0;
+    return;
+  }
   size_t out = 0;
   for (size_t i = head_; i < queue_.size(); ++i) {
     const int32_t block = queue_[i];
@@ -70,7 +76,14 @@ void KvBlockPool::compact() {
   queue_base_ = 0;
 }
 
+int32_t KvBlockPool::ref_count(int32_t block) const {
+  if (ever_keyed_) return blocks_[size_t(block)].ref_count;
+  const bool free = std::find(queue_.begin() + std::ptrdiff_t(head_), queue_.end(), block) != queue_.end();
+  return free ? 0 : 1;
+}
+
 std::vector<int32_t> KvBlockPool::free_queue() const {
+  if (!ever_keyed_) return std::vector<int32_t>(queue_.begin() + std::ptrdiff_t(head_), queue_.end());
   std::vector<int32_t> out;
   for (size_t i = head_; i < queue_.size(); ++i)
     if (blocks_[size_t(queue_[i])].queued_at == queue_base_ + int64_t(i)) out.push_back(queue_[i]);
@@ -99,16 +112,9 @@ bool KvBlockPool::grow(std::vector<int32_t>& table, int64_t tokens) {
   if (need > num_free_) return false;
   const size_t first = table.size();
   if (!ever_keyed_) {
-    // No block ever held a key: no entry of the queue went stale (only a
-    // cache hit takes a block out of it) and there is no key to drop, so
-    // the queue's next `need` entries are the blocks, taken at once.
+    // Anonymous blocks: the queue's next `need` entries, taken at once.
     const auto from = queue_.begin() + std::ptrdiff_t(head_);
     table.insert(table.end(), from, from + need);
-    for (size_t i = first; i < table.size(); ++i) {
-      Block& b = blocks_[size_t(table[i])];
-      b.queued_at = -1;
-      b.ref_count = 1;
-    }
     head_ += size_t(need);
     num_free_ -= need;
     if (head_ > queue_.size() / 2 && head_ >= 4096) compact();
@@ -146,6 +152,15 @@ void KvBlockPool::free_one(int32_t block) {
 
 void KvBlockPool::shrink_to(std::vector<int32_t>& table, int64_t tokens) {
   const size_t keep = size_t(std::max<int64_t>(blocks_for(tokens), 0));
+  if (!ever_keyed_ && table.size() > keep) {
+    // Anonymous blocks: to the queue's tail, last block first, as free_one would.
+    if (num_free_ + int64_t(table.size() - keep) > num_blocks_)
+      throw std::logic_error("KvBlockPool: more blocks freed than were handed out");
+    queue_.insert(queue_.end(), table.rbegin(), table.rend() - std::ptrdiff_t(keep));
+    num_free_ += int64_t(table.size() - keep);
+    table.resize(keep);
+    return;
+  }
   while (table.size() > keep) {
     free_one(table.back());
     table.pop_back();
@@ -154,17 +169,9 @@ void KvBlockPool::shrink_to(std::vector<int32_t>& table, int64_t tokens) {
 
 void KvBlockPool::release(std::vector<int32_t>& table) {
   if (!ever_keyed_) {
-    // No block ever held a key, so none is shared: each goes to the queue's
-    // tail at once, last block first.
-    const int64_t first = queue_base_ + int64_t(queue_.size());
-    for (size_t i = 0; i < table.size(); ++i) {
-      const int32_t block = table[table.size() - 1 - i];
-      Block& b = blocks_[size_t(block)];
-      if (b.ref_count != 1)
-        throw std::logic_error(fmt::format("KvBlockPool: block {} freed while not held once", block));
-      b.ref_count = 0;
-      b.queued_at = first + int64_t(i);
-    }
+    // Anonymous blocks: to the queue's tail at once, last block first.
+    if (num_free_ + int64_t(table.size()) > num_blocks_)
+      throw std::logic_error("KvBlockPool: more blocks freed than were handed out");
     queue_.insert(queue_.end(), table.rbegin(), table.rend());
     num_free_ += int64_t(table.size());
     table.clear();
@@ -202,13 +209,28 @@ void KvBlockPool::take_cached(std::span<const int32_t> blocks, std::vector<int32
   peak_used_ = std::max(peak_used_, num_used());
 }
 
+void KvBlockPool::start_keying() {
+  // The blocks' reference counts and queue positions, which anonymous
+  // blocks go without: held once, or free where the queue holds them.
+  for (Block& b : blocks_) {
+    b.ref_count = 1;
+    b.queued_at = -1;
+  }
+  for (size_t i = head_; i < queue_.size(); ++i) {
+    Block& b = blocks_[size_t(queue_[i])];
+    b.ref_count = 0;
+    b.queued_at = queue_base_ + int64_t(i);
+  }
+  ever_keyed_ = true;
+}
+
 inline void KvBlockPool::cache_one(int32_t block, uint64_t hash) {
+  if (!ever_keyed_) start_keying();
   Block& b = blocks_[size_t(block)];
   if (b.ref_count <= 0) throw std::logic_error(fmt::format("KvBlockPool: block {} cached while free", block));
   if (b.next_same_key != kNoKey) return;  // a hit block: already cached under its key
   b.key = hash;
   b.next_same_key = -1;
-  ever_keyed_ = true;
   const int32_t first = by_key_.insert(hash, block, key_of());
   if (first != block) append_holder(first, block);
 }

@@ -82,7 +82,7 @@ class KvBlockPool {
 
   // For tests: the reference count and key of a block, and the free queue
   // from head to tail.
-  int32_t ref_count(int32_t block) const { return blocks_[size_t(block)].ref_count; }
+  int32_t ref_count(int32_t block) const;
   bool holds_key(int32_t block) const { return blocks_[size_t(block)].next_same_key != kNoKey; }
   std::vector<int32_t> free_queue() const;
 
@@ -131,7 +131,12 @@ class KvBlockPool {
   int64_t peak_used_ = 0;
   int64_t evicted_blocks_ = 0;
   int64_t duplicate_keys_ = 0;     // keys held by a block other than the first with that key
-  bool ever_keyed_ = false;        // a block was given a key (grow's shortcut is off from then on)
+  // Until a block is given a key, blocks are anonymous: none is shared and
+  // no queue entry goes stale, so the queue alone says which are free and
+  // the blocks' reference counts and queue positions are left unkept
+  // (start_keying() sets them then).
+  bool ever_keyed_ = false;
+  void start_keying();
   BlockKeyIndex by_key_;           // key -> first block holding it
 };
 

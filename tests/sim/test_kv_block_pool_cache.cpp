@@ -141,3 +141,34 @@ TEST_CASE("Block pool: misuse is a logic error, not silent corruption", "[prefix
   std::vector<int32_t> t;
   CHECK_THROWS_AS(kv.take_cached(copy, t), std::logic_error);  // holds no key
 }
+
+TEST_CASE("Block pool: anonymous blocks take their counts and queue places when the first one is cached",
+          "[prefix][kv]") {
+  // Until a block holds a key the pool keeps only its free queue (no block
+  // is shared); caching the first one sets every block's reference count
+  // and queue position from it, and the rules go on from there.
+  KvBlockPool kv(8, 4);
+  std::vector<int32_t> a, b, c;
+  REQUIRE(kv.grow_to(a, 8));   // 0 1
+  REQUIRE(kv.grow_to(b, 12));  // 2 3 4
+  kv.release(a);
+  kv.shrink_to(b, 8);  // 4 goes back
+  CHECK(kv.free_queue() == std::vector<int32_t>{5, 6, 7, 1, 0, 4});
+  CHECK(kv.num_free() == 6);
+  CHECK(kv.ref_count(0) == 0);
+  CHECK(kv.ref_count(2) == 1);
+  kv.cache(b[0], 42);  // keys from now on
+  CHECK(kv.ref_count(2) == 1);
+  CHECK(kv.ref_count(4) == 0);
+  CHECK(kv.free_queue() == std::vector<int32_t>{5, 6, 7, 1, 0, 4});
+  REQUIRE(kv.grow_to(c, 4));  // 5
+  kv.release(b);              // 3, then 2 (cached) to the tail
+  CHECK(kv.free_queue() == std::vector<int32_t>{6, 7, 1, 0, 4, 3, 2});
+  std::vector<int32_t> hit;
+  kv.find_cached_prefix(std::vector<uint64_t>{42}, 1, hit);
+  CHECK(hit == std::vector<int32_t>{2});
+  std::vector<int32_t> d;
+  kv.take_cached(hit, d);
+  CHECK(kv.ref_count(2) == 1);
+  CHECK(kv.free_queue() == std::vector<int32_t>{6, 7, 1, 0, 4, 3});
+}
