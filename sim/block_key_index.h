@@ -38,6 +38,7 @@ class BlockKeyIndex {
   // For the keys of blocks 0 .. num_blocks - 1 (num_blocks < 2^31), at a
   // mean of at most 7.5 keys a bucket (half full): then about one bucket in
   // 200 overflows (one in 1,600 at the 6.1 of a pool of 200,000 blocks).
+  BlockKeyIndex() = default;  // holds nothing: made for a pool before any key
   explicit BlockKeyIndex(int64_t num_blocks) {
     size_t n = 2;
     while (double(n) * 7.5 < double(num_blocks)) n *= 2;

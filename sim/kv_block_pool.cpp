@@ -1,6 +1,7 @@
 #include "sim/kv_block_pool.h"
 
 #include <algorithm>
+#include <numeric>
 #include <limits>
 #include <stdexcept>
 
@@ -23,11 +24,12 @@ int64_t checked_num_blocks(int64_t num_blocks, int32_t block_size) {
 }  // namespace
 
 KvBlockPool::KvBlockPool(int64_t num_blocks, int32_t block_size)
-    : num_blocks_(checked_num_blocks(num_blocks, block_size)), block_size_(block_size), by_key_(num_blocks_) {
-  blocks_.resize(size_t(num_blocks));
-  queue_.reserve(size_t(num_blocks));
-  // Block 0 at the head: handed out first.
-  for (int32_t b = 0; b < int32_t(num_blocks); ++b) push_back_free(b);
+    : num_blocks_(checked_num_blocks(num_blocks, block_size)), block_size_(block_size) {
+  // Block 0 at the head: handed out first. The blocks' own records and the
+  // key index are made when the first block is given a key (start_keying).
+  queue_.resize(size_t(num_blocks));
+  std::iota(queue_.begin(), queue_.end(), 0);
+  num_free_ = num_blocks;
 }
 
 void KvBlockPool::push_back_free(int32_t block) {
@@ -183,6 +185,7 @@ void KvBlockPool::release(std::vector<int32_t>& table) {
 
 void KvBlockPool::find_cached_prefix(std::span<const uint64_t> hashes, int64_t max_blocks,
                                      std::vector<int32_t>& hit) const {
+  if (!ever_keyed_) return;  // no block holds a key
   const size_t n = size_t(std::clamp<int64_t>(max_blocks, 0, int64_t(hashes.size())));
   for (size_t i = 0; i < n; ++i) {
     if (i + kPrefetchAhead < n) by_key_.prefetch(hashes[i + kPrefetchAhead]);
@@ -193,12 +196,18 @@ void KvBlockPool::find_cached_prefix(std::span<const uint64_t> hashes, int64_t m
 }
 
 int64_t KvBlockPool::count_free(std::span<const int32_t> blocks) const {
+  if (!ever_keyed_) {
+    int64_t n = 0;
+    for (int32_t b : blocks) n += ref_count(b) == 0;
+    return n;
+  }
   int64_t n = 0;
   for (int32_t b : blocks) n += blocks_[size_t(b)].ref_count == 0;
   return n;
 }
 
 void KvBlockPool::take_cached(std::span<const int32_t> blocks, std::vector<int32_t>& table) {
+  if (!ever_keyed_ && !blocks.empty()) throw std::logic_error("KvBlockPool: blocks taken as cached before any holds a key");
   for (int32_t block : blocks) {
     Block& b = blocks_[size_t(block)];
     if (b.next_same_key == kNoKey)
@@ -212,6 +221,7 @@ void KvBlockPool::take_cached(std::span<const int32_t> blocks, std::vector<int32
 void KvBlockPool::start_keying() {
   // The blocks' reference counts and queue positions, which anonymous
   // blocks go without: held once, or free where the queue holds them.
+  blocks_.assign(size_t(num_blocks_), Block{});
   for (Block& b : blocks_) {
     b.ref_count = 1;
     b.queued_at = -1;
@@ -221,6 +231,7 @@ void KvBlockPool::start_keying() {
     b.ref_count = 0;
     b.queued_at = queue_base_ + int64_t(i);
   }
+  by_key_ = BlockKeyIndex(num_blocks_);
   ever_keyed_ = true;
 }
 
@@ -246,6 +257,7 @@ void KvBlockPool::cache(int32_t block, uint64_t hash) { cache_one(block, hash); 
 
 void KvBlockPool::cache(std::span<const int32_t> blocks, std::span<const uint64_t> keys) {
   if (blocks.size() != keys.size()) throw std::logic_error("KvBlockPool::cache: one key a block");
+  if (!ever_keyed_ && !blocks.empty()) start_keying();
   for (size_t i = 0; i < blocks.size(); ++i) {
     // The index's cache lines are loaded a few blocks ahead (their misses overlap).
     if (i + kPrefetchAhead < blocks.size()) by_key_.prefetch(keys[i + kPrefetchAhead]);

@@ -83,7 +83,7 @@ class KvBlockPool {
   // For tests: the reference count and key of a block, and the free queue
   // from head to tail.
   int32_t ref_count(int32_t block) const;
-  bool holds_key(int32_t block) const { return blocks_[size_t(block)].next_same_key != kNoKey; }
+  bool holds_key(int32_t block) const { return ever_keyed_ && blocks_[size_t(block)].next_same_key != kNoKey; }
   std::vector<int32_t> free_queue() const;
 
  private:
