@@ -120,16 +120,19 @@ struct ReplicaLoop {
   }
   bool busy() const { return parts.scheduler->has_unfinished(); }
   double now() const { return parts.clock->now(); }
-  bool cached_busy() const { return busy_; }
-  double cached_now() const { return now_; }
+  // Where refresh() writes when the replica's next iteration starts
+  // (kNever while it is idle): one array for all replicas, scanned before
+  // every iteration.
+  void set_due_slot(double* slot) {
+    due_slot_ = slot;
+    refresh();
+  }
   void refresh() {
-    busy_ = busy();
-    now_ = now();
+    if (due_slot_) *due_slot_ = busy() ? now() : kNever;
   }
 
  private:
-  bool busy_ = false;
-  double now_ = 0;
+  double* due_slot_ = nullptr;
 };
 
 }  // namespace
@@ -157,6 +160,8 @@ RunRecords run_cluster_loop(std::span<const ServingReplica> replica_parts, Route
     schedulers.push_back(p.scheduler);
     records.num_gpu_blocks += p.scheduler->kv().num_blocks();
   }
+  std::vector<double> due(replicas.size(), kNever);  // ReplicaLoop::set_due_slot
+  for (size_t j = 0; j < replicas.size(); ++j) replicas[j].set_due_slot(&due[j]);
   records.block_size = replica_parts[0].scheduler->kv().block_size();
 
   FollowUps follow_ups(requests);
@@ -247,8 +252,9 @@ RunRecords run_cluster_loop(std::span<const ServingReplica> replica_parts, Route
     if (replicas.size() == 1) {
       if (replicas[0].busy()) earliest = &replicas[0];
     } else {
-      for (ReplicaLoop& rep : replicas)
-        if (rep.cached_busy() && (!earliest || rep.cached_now() < earliest->cached_now())) earliest = &rep;
+      // The lowest index of the earliest (kNever: idle).
+      const auto first = std::min_element(due.begin(), due.end());
+      if (*first != kNever) earliest = &replicas[size_t(first - due.begin())];
     }
     // Requests due before it starts (all at once while every replica is
     // idle, the next one first) are routed and submitted; a rejection may
