@@ -4,7 +4,7 @@
 # shared libraries they need beyond glibc and CUDA's own, into gpu-bundle/:
 #   gpu-bundle/servesim, libservesim_cuda.so (the CUDA backend servesim opens
 #   beside itself), servesim_cuda_tests, servesim_cuda_decoder_bench,
-#   servesim_device_query, lib/*.so*
+#   servesim_cuda_kernels_bench, servesim_device_query, lib/*.so*
 # sm_90 code, no -march=native (the host's CPU is not this one), libstdc++
 # and libgcc linked into the executables (the bundled libraries use the host's own, newer ones); cuBLAS and the CUDA runtime come from the
 # host's CUDA (LD_LIBRARY_PATH, set by run.sh). Usage: scripts/bundle_gpu_binaries.sh
@@ -13,11 +13,11 @@ cd "$(dirname "$0")/.."
 command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || { echo "bundle: needs nvcc" >&2; exit 2; }
 cmake --preset gpu-bundle >/dev/null
 cmake --build --preset gpu-bundle -j "$(nproc)" --target servesim servesim_cuda servesim_cuda_tests \
-  servesim_cuda_decoder_bench servesim_device_query
+  servesim_cuda_decoder_bench servesim_cuda_kernels_bench servesim_device_query
 rm -rf gpu-bundle && mkdir -p gpu-bundle/lib
 build=build/gpu-bundle
 cp $build/cli/servesim $build/cli/libservesim_cuda.so $build/tests/servesim_cuda_tests $build/bench/servesim_cuda_decoder_bench \
-   $build/kernels/servesim_device_query gpu-bundle/
+   $build/bench/servesim_cuda_kernels_bench $build/kernels/servesim_device_query gpu-bundle/
 # Shared libraries outside glibc, the CUDA toolkit and the driver.
 for bin in gpu-bundle/servesim* gpu-bundle/libservesim_cuda.so; do
   ldd "$bin" | awk '/=> \//{print $3}'

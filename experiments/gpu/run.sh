@@ -7,10 +7,15 @@
 #    Google Benchmark, Catch2);
 # 2. the [cuda] tests;
 # 3. the decoder's efficiency benchmark (llama-3.1-8b: decode at batch 1
-#    against the copy bandwidth, a 4096-token prefill against the bf16 GEMM);
+#    against the copy bandwidth, a 4096-token prefill against the bf16 GEMM),
+#    and each kernel over its axes against the same ceilings
+#    (servesim_cuda_kernels_bench, Google Benchmark JSON);
 # 4. full calibrations of llama-3.2-1b and llama-3.1-8b (random weights; seconds on an H200);
 # 5. validation of both at three loads with continuous and chunked;
-# 6. a short table (summary.md).
+# 6. compute-sanitizer over a reduced [cuda] test set: memcheck on the
+#    GEMMs, attention and elementwise kernels, racecheck on attention (last,
+#    so that a slow sanitizer cannot starve the measurements);
+# 7. a short table (summary.md).
 # OUT_DIR receives summary.md, log.txt and results.tar.gz (everything else:
 # profiles, reports, test XML, benchmark JSON), few files because the device
 # tool brings back at most eight. Each step has its own time limit so that
@@ -53,7 +58,7 @@ done
 if [ -x "$repo/gpu-bundle/servesim" ] && "$repo/gpu-bundle/servesim" --help >/dev/null 2>&1; then
   bin=$repo/gpu-bundle
   servesim=$bin/servesim tests=$bin/servesim_cuda_tests bench=$bin/servesim_cuda_decoder_bench
-  query=$bin/servesim_device_query
+  kbench=$bin/servesim_cuda_kernels_bench query=$bin/servesim_device_query
   log "using the prebuilt binaries in gpu-bundle/"
 else
   log "no runnable gpu-bundle/: building here"
@@ -61,9 +66,10 @@ else
   build=$work/build
   step build 300 bash -c "cmake -S '$repo' -B '$build' -G Ninja -DCMAKE_BUILD_TYPE=Release -DSERVESIM_CUDA=ON \
       -DSERVESIM_BUILD_BENCH=ON && cmake --build '$build' -j \$(nproc) --target servesim servesim_cuda_tests \
-      servesim_cuda_decoder_bench servesim_device_query"
+      servesim_cuda_decoder_bench servesim_cuda_kernels_bench servesim_device_query"
   servesim=$build/cli/servesim tests=$build/tests/servesim_cuda_tests
   bench=$build/bench/servesim_cuda_decoder_bench query=$build/kernels/servesim_device_query
+  kbench=$build/bench/servesim_cuda_kernels_bench
 fi
 if [ ! -x "$servesim" ]; then
   log "no servesim binary: stopping"
@@ -94,6 +100,10 @@ tail -n 40 "$work/cuda_tests.txt" >>"$out/log.txt" 2>/dev/null
 
 # --- 3. efficiency benchmark ---------------------------------------------------------
 step bench 60 "$bench" --model llama-3.1-8b --json "$work/bench_llama-3.1-8b.json"
+# Every kernel over its axes (GEMMs at M = 1 .. 64 by both paths, decode and
+# prefill attention); experiments/gpu/summarize.py tabulates the shares.
+step kernels 90 "$kbench" --model llama-3.1-8b --benchmark_min_time=0.05 \
+  --benchmark_out="$work/kernels_llama-3.1-8b.json" --benchmark_out_format=json
 
 # --- 4 and 5. calibration and validation -------------------------------------------------
 # Prompts uniform 16..256, outputs 16..128 (run's defaults). The rates are
@@ -129,7 +139,19 @@ nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw --format=
 
 kill "$dmon" 2>/dev/null
 
-# --- 6. summary ------------------------------------------------------------------------------
+# --- 6. compute-sanitizer ----------------------------------------------------------------
+# Catch2 test specs: the product kernels, attention and the elementwise
+# kernels under memcheck; attention (shared-memory tiles) under racecheck.
+if command -v compute-sanitizer >/dev/null; then
+  step memcheck 75 compute-sanitizer --tool memcheck --error-exitcode 1 --leak-check full "$tests" \
+    "cuda Gemm*,cuda small-M*,*attention*,*rmsnorm*,*rotary*,*swiglu*,*embedding*,*select_tokens*"
+  step racecheck 60 compute-sanitizer --tool racecheck --error-exitcode 1 "$tests" \
+    "prefill attention*,decode attention replays*"
+else
+  log "== compute-sanitizer: not on this host, skipped"
+fi
+
+# --- 7. summary ------------------------------------------------------------------------------
 {
   echo "# servesim GPU check"
   echo

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The GPU check's short table (markdown on stdout) from the folder that
 experiments/gpu/run.sh filled: [cuda] test counts, the decoder benchmark
-against its targets, and each model's validation errors against the
+against its targets, every kernel over its axes against the same run's
+ceilings, and each model's validation errors against the
 issue's targets (MAPE <= 3%, P50/P90 TTFT and TPOT within 5%).
 Usage: experiments/gpu/summarize.py WORK_DIR"""
 import csv
@@ -52,6 +53,32 @@ def bench(work):
     return "| benchmark | measured | share of ceiling | target |\n|---|---|---|---|\n" + "\n".join(lines)
 
 
+def kernels(work):
+    """servesim_cuda_kernels_bench's JSON: every benchmark's time and its
+    shares of the ceilings measured in the same run; the small-M products
+    against issue 33's target (>= 90% of the copy bandwidth)."""
+    out = []
+    for path in sorted(glob.glob(os.path.join(work, "kernels_*.json"))):
+        b = json.load(open(path))
+        ctx = b.get("context", {})
+        out.append(f"\nkernels ({ctx.get('model', '?')}; copy {float(ctx.get('copy_bytes_per_s', 0)) / 1e9:.0f} GB/s, "
+                   f"bf16 GEMM {float(ctx.get('gemm_flops_per_s', 0)) / 1e12:.0f} TFLOP/s)\n")
+        out.append("| benchmark | time | GB/s | share of copy | TFLOP/s | share of GEMM |")
+        out.append("|---|---|---|---|---|---|")
+        short = []
+        for r in b.get("benchmarks", []):
+            if r.get("run_type") == "aggregate" or "share_of_copy" not in r:
+                continue
+            name = r["name"].split("/manual_time")[0]
+            out.append(f"| {name} | {r['real_time']:.1f} {r.get('time_unit', 'us')} | "
+                       f"{r.get('bytes_per_second', 0) / 1e9:.0f} | {100 * r['share_of_copy']:.1f}% | "
+                       f"{r.get('flop_per_second', 0) / 1e12:.1f} | {100 * r['share_of_gemm']:.1f}% |")
+            if "/path:small_m" in name and r["share_of_copy"] < 0.90:
+                short.append(f"{name} {100 * r['share_of_copy']:.1f}%")
+        out.append(f"\nsmall-M products under 90% of copy: {', '.join(short) if short else 'none'}")
+    return "\n".join(out) if out else "kernels: no result"
+
+
 def validation(work):
     out = []
     for path in sorted(glob.glob(os.path.join(work, "validation", "*", "summary.csv"))):
@@ -75,6 +102,7 @@ def main():
     print(tests(work))
     print()
     print(bench(work))
+    print(kernels(work))
     print(validation(work))
 
 

@@ -76,6 +76,19 @@ void launch_rotary_cache_write(bf16* qkv, const float* bias, const float* cos, c
 //                                                  gate_up bf16 [T, 2I], act bf16 [T, I]
 void launch_swiglu(const bf16* gate_up, int32_t T, int64_t I, bf16* act, cudaStream_t stream);
 
+// ---- small-M products (decode's projections and LM head) ---------------------
+
+// in bf16 [T, K], w bf16 [N, K] -> out [T, N] = in w^T, fp32 accumulation,
+// for T <= kSmallMGemmMaxRows (kernels/cuda/small_m_gemm.cu: a weight-
+// streaming GEMV; cuda::Gemm routes such products here). Needs
+// small_m_gemm_fits(in, w, K): K a multiple of 8, in and w 16-byte aligned.
+constexpr int32_t kSmallMGemmMaxRows = 8;
+bool small_m_gemm_fits(const bf16* in, const bf16* w, int64_t K);
+void launch_small_m_gemm(const bf16* in, const bf16* w, int32_t T, int64_t N, int64_t K, bf16* out,
+                         cudaStream_t stream);
+void launch_small_m_gemm(const bf16* in, const bf16* w, int32_t T, int64_t N, int64_t K, float* out,
+                         cudaStream_t stream);
+
 // ---- attention --------------------------------------------------------------
 
 // What both attention kernels read. Scale 1/sqrt(dh), causal: new token i

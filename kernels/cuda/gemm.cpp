@@ -89,6 +89,12 @@ void Gemm::f32_out(const bf16* in, const bf16* w, int64_t T, int64_t N, int64_t 
   run(in, w, T, N, K, out, CUDA_R_32F);
 }
 
+void Gemm::set_small_m_rows(int32_t rows) {
+  if (rows < 0 || rows > kSmallMGemmMaxRows)
+    throw std::invalid_argument("Gemm::set_small_m_rows: expected 0 .. " + std::to_string(kSmallMGemmMaxRows));
+  small_m_rows_ = rows;
+}
+
 void Gemm::prepare(int64_t N, int64_t K, bool f32_out, int64_t max_T) {
   const int out_type = f32_out ? CUDA_R_32F : CUDA_R_16BF;
   cublasLtMatmulAlgo_t algo;
@@ -140,6 +146,13 @@ void Gemm::run(const bf16* in, const bf16* w, int64_t T, int64_t N, int64_t K, v
   checked(T, "T");
   checked(N, "N");
   checked(K, "K");
+  if (T <= small_m_rows_ && small_m_gemm_fits(in, w, K)) {
+    if (out_type == CUDA_R_32F)
+      launch_small_m_gemm(in, w, int32_t(T), N, K, static_cast<float*>(out), stream_);
+    else
+      launch_small_m_gemm(in, w, int32_t(T), N, K, static_cast<bf16*>(out), stream_);
+    return;
+  }
   const int alignment = std::min({alignment_of(in), alignment_of(w), alignment_of(out)});
   cublasLtMatmulAlgo_t algo;
   // The bucket's algorithm; where cuBLASLt refuses it for this T (or offers

@@ -1,5 +1,8 @@
 // The projections and the LM head through cuBLASLt: bf16 inputs, fp32
-// accumulation (CUBLAS_COMPUTE_32F), bf16 or fp32 output.
+// accumulation (CUBLAS_COMPUTE_32F), bf16 or fp32 output. Products of at
+// most kSmallMGemmMaxRows rows (a decode step's) go to the weight-streaming
+// kernel of kernels/cuda/small_m_gemm.cu instead, where its layout rules
+// hold (K % 8 == 0, 16-byte aligned operands).
 //
 // Row-major out[T, N] = in[T, K] W[N, K]^T is, in cuBLAS's column-major
 // terms, out' (N x T) = W' (K x N)^T in' (K x T): one matmul with
@@ -52,6 +55,10 @@ class Gemm {
   void prepare(int64_t N, int64_t K, bool f32_out, int64_t max_T);
   // Heuristic queries made so far (for tests and progress lines).
   int64_t heuristic_queries() const { return heuristic_queries_; }
+  // Products of T <= rows (at most kSmallMGemmMaxRows) take the small-M
+  // kernel; 0 sends every product to cuBLASLt (benchmarks compare the two).
+  void set_small_m_rows(int32_t rows);
+  int32_t small_m_rows() const { return small_m_rows_; }
 
  private:
   // (N, K, output type, operand alignment in bytes, T the algorithm was chosen for)
@@ -69,6 +76,7 @@ class Gemm {
   DeviceBuffer<uint8_t> workspace_;
   std::map<Key, cublasLtMatmulAlgo_t> algorithms_;
   int64_t heuristic_queries_ = 0;
+  int32_t small_m_rows_ = kSmallMGemmMaxRows;
 };
 
 }  // namespace servesim::cuda

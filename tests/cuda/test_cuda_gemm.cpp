@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <random>
+#include <stdexcept>
 #include <vector>
 
 #include "cuda_test_support.h"
@@ -56,7 +57,7 @@ void check_product(Gemm& gemm, cudaStream_t stream, int64_t T, int64_t N, int64_
     gemm.f32_out(in_d.data() + offset, w_d.data() + offset, T, N, K, out.data() + offset);
     CUDA_CHECK(cudaStreamSynchronize(stream));
     const std::vector<float> all = out.download();
-    std::copy(all.begin() + long(offset), all.end(), got.begin());
+    for (size_t i = offset; i < all.size(); ++i) got[i - offset] = all[i];
   } else {
     DeviceBuffer<bf16> out = poisoned<bf16>(offset + size_t(T * N));
     gemm.bf16_out(in_d.data() + offset, w_d.data() + offset, T, N, K, out.data() + offset);
@@ -97,4 +98,67 @@ TEST_CASE("cuda Gemm: prepare chooses every bucket's algorithm once, and product
   CHECK(gemm.heuristic_queries() == prepared);
   check_product(gemm, stream.get(), 600, 96, 64, false);  // beyond: its bucket on first use
   CHECK(gemm.heuristic_queries() == prepared + 1);
+}
+
+TEST_CASE("cuda Gemm's small-M kernel is exact on small integers at every T of 1 .. 8", "[cuda]") {
+  CudaStream stream;
+  Gemm gemm(stream.get());
+  REQUIRE(gemm.small_m_rows() == kSmallMGemmMaxRows);
+  for (int64_t T = 1; T <= kSmallMGemmMaxRows; ++T) {
+    // N = 97: rows that fill no whole warp's group of 2 or 4.
+    for (bool f32 : {false, true}) check_product(gemm, stream.get(), T, 97, 64, f32);
+    // K = 4104 (513 chunks of 8, not a multiple of a warp's 32): fp32 out,
+    // whose integers stay exact; 16-byte aligned but not 256 (offset 8).
+    check_product(gemm, stream.get(), T, 33, 4104, true, 8);
+  }
+  // 4-byte aligned operands do not fit the kernel: cuBLASLt takes them.
+  for (int64_t T : {1, 8}) check_product(gemm, stream.get(), T, 40, 64, false, 2);
+}
+
+TEST_CASE("cuda Gemm's small-M kernel against cuBLASLt on random bf16 at a decode shape", "[cuda]") {
+  CudaStream stream;
+  Gemm small(stream.get()), cublaslt(stream.get());
+  cublaslt.set_small_m_rows(0);
+  const int64_t N = 1000, K = 4096;
+  const std::vector<float> w = round_to_bf16(random_floats(size_t(N * K), 11));
+  const DeviceBuffer<bf16> w_d = device_copy(to_bf16(std::span<const float>(w)));
+  for (int64_t T : {1, 3, 8}) {
+    INFO("T = " << T);
+    const std::vector<float> in = round_to_bf16(random_floats(size_t(T * K), uint64_t(20 + T)));
+    const DeviceBuffer<bf16> in_d = device_copy(to_bf16(std::span<const float>(in)));
+    DeviceBuffer<float> a = poisoned<float>(size_t(T * N)), b = poisoned<float>(size_t(T * N));
+    small.f32_out(in_d.data(), w_d.data(), T, N, K, a.data());
+    cublaslt.f32_out(in_d.data(), w_d.data(), T, N, K, b.data());
+    CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+    const std::vector<float> got = a.download(), want = b.download();
+    // Both accumulate in fp32, in different orders: within 1e-5 of the sum
+    // of |products| (K = 4096 roundings of 2^-24 each, at most).
+    int64_t wrong = 0;
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t n = 0; n < N; ++n) {
+        double magnitude = 0;
+        for (int64_t k = 0; k < K; ++k)
+          magnitude += std::fabs(double(in[size_t(t * K + k)]) * double(w[size_t(n * K + k)]));
+        const size_t i = size_t(t * N + n);
+        wrong += !(std::fabs(double(got[i]) - double(want[i])) <= 1e-5 * magnitude);
+      }
+    CHECK(wrong == 0);
+  }
+}
+
+TEST_CASE("cuda small-M kernel: refusals", "[cuda]") {
+  CudaStream stream;
+  DeviceBuffer<bf16> in(9 * 64 + 8), w(4 * 64 + 8);
+  DeviceBuffer<float> out(9 * 4);
+  CHECK_THROWS_AS(launch_small_m_gemm(in.data(), w.data(), 9, 4, 64, out.data(), stream.get()),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(launch_small_m_gemm(in.data() + 1, w.data(), 1, 4, 64, out.data(), stream.get()),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(launch_small_m_gemm(in.data(), w.data(), 1, 4, 60, out.data(), stream.get()),
+                  std::invalid_argument);
+  CHECK_FALSE(small_m_gemm_fits(in.data(), w.data() + 4, 64));
+  CHECK(small_m_gemm_fits(in.data() + 8, w.data() + 8, 64));
+  Gemm gemm(stream.get());
+  CHECK_THROWS_AS(gemm.set_small_m_rows(kSmallMGemmMaxRows + 1), std::invalid_argument);
+  CHECK_THROWS_AS(gemm.set_small_m_rows(-1), std::invalid_argument);
 }
