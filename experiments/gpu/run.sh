@@ -11,7 +11,10 @@
 #    and each kernel over its axes against the same ceilings
 #    (servesim_cuda_kernels_bench, Google Benchmark JSON);
 # 4. full calibrations of llama-3.2-1b and llama-3.1-8b (random weights; seconds on an H200);
-# 5. validation of both at three loads with continuous and chunked;
+# 5. validation of both at three loads with continuous and chunked, then,
+#    on the 8B profile, realistic workloads: Azure conversation lengths,
+#    long prompts (2k-8k) at token budgets 512, 2048 and 8192, speculative
+#    decoding with llama-3.2-1b as the draft (controlled acceptance);
 # 6. compute-sanitizer over a reduced [cuda] test set: memcheck on the
 #    GEMMs, attention and elementwise kernels, racecheck on attention (last,
 #    so that a slow sanitizer cannot starve the measurements);
@@ -111,14 +114,33 @@ step kernels 90 "$kbench" --model llama-3.1-8b --benchmark_min_time=0.05 \
 # shows the throughput each reached. Iterations of up to 8192 tokens (both
 # schedulers) and contexts of at most 384 tokens: the calibration's
 # grids reach 8192 tokens and 4096 positions, so nothing is extrapolated.
-validate() {  # MODEL LOADS LIMIT
+validate() {  # MODEL LOADS LIMIT [MAX_CONTEXT]
   step "validate-$1" "$3" /usr/bin/env python3 "$repo/experiments/validation_cpu/run.py" --servesim "$servesim" \
     --device cuda --model "$1" --out "$work/validation/$1" --loads "$2" --host-drift off \
-    --calibrate-args="--max-num-batched-tokens 8192 --max-context 4096" \
+    --calibrate-args="--max-num-batched-tokens 8192 --max-context ${4:-4096}" \
     --validate-args="--kv-cache-memory 24GiB --max-num-seqs 256 --max-num-batched-tokens 8192"
 }
 validate llama-3.2-1b "light:10:60,near-saturation:150:300,overloaded:600:300" 100
-validate llama-3.1-8b "light:5:40,near-saturation:60:200,overloaded:240:200" 130
+# The 8B calibration reaches 8192 positions: the realistic workloads below
+# have prompts up to 8k tokens.
+validate llama-3.1-8b "light:5:40,near-saturation:60:200,overloaded:240:200" 150 8192
+# Realistic workloads on that profile (issue 33), loads as fractions of the
+# profile's simulated capacity for each workload's own lengths.
+realistic() {  # NAME LIMIT SCHEDULERS LOADS WORKLOAD_ARGS VALIDATE_ARGS
+  step "realistic-$1" "$2" /usr/bin/env python3 "$repo/experiments/validation_cpu/run.py" --servesim "$servesim" \
+    --device cuda --model llama-3.1-8b --profile "$work/validation/llama-3.1-8b/profile.json" \
+    --out "$work/realistic/$1" --schedulers "$3" --loads "$4" --host-drift off --predict-draws 11 \
+    --workload-args="$5" --validate-args="--kv-cache-memory 24GiB --max-num-seqs 256 $6"
+}
+realistic azure-conversation 120 continuous,chunked "light:x0.2:40,near-saturation:x0.7:80,overloaded:x1.2:80" \
+  "--lengths-from-trace $repo/data/traces/azure_conv_2023.csv --trace-format azure --max-model-len 16384" \
+  "--max-num-batched-tokens 8192"
+for budget in 512 2048 8192; do
+  realistic "long-prompts-budget-$budget" 60 chunked "light:x0.2:16,near-saturation:x0.7:32" \
+    "--prompt-len uniform:2048:8192 --output-len uniform:16:128" "--max-num-batched-tokens $budget"
+done
+realistic speculative-1b-draft 90 continuous,chunked "light:x0.2:40,near-saturation:x0.7:80" "" \
+  "--max-num-batched-tokens 8192 --draft-model llama-3.2-1b --num-speculative-tokens 4 --acceptance-rate 0.7"
 # Prefix caching (docs/prefix-caching.md): a shared-prefix workload and a
 # Mooncake replay at 32 tokens per hash id, both schedulers, on the profile
 # the step above calibrated.

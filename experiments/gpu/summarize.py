@@ -81,7 +81,8 @@ def kernels(work):
 
 def validation(work):
     out = []
-    for path in sorted(glob.glob(os.path.join(work, "validation", "*", "summary.csv"))):
+    for path in sorted(glob.glob(os.path.join(work, "validation", "*", "summary.csv")) +
+                       glob.glob(os.path.join(work, "realistic", "*", "summary.csv"))):
         model = os.path.basename(os.path.dirname(path))
         out.append(f"\n{model}: per-iteration MAPE and relative errors (target: MAPE <= 3%, errors within 5%)\n")
         out.append("| scheduler | load | mode | MAPE | TTFT p50 | TTFT p90 | TPOT p50 | TPOT p90 | measured TPOT p50 |")

@@ -107,10 +107,13 @@ def placement_share(profile):
     return max(counts.get("near", 0), counts.get("far", 0)) / known if known else None
 
 
-def capacity(servesim, profile):
+def capacity(servesim, profile, workload_args=()):
     """Requests/s the profile's simulation (chunked, the default scheduler)
-    serves under CAPACITY_WORKLOAD: the throughput the loads are scaled to."""
-    summary = json.loads(sh([servesim, "simulate", "--profile", profile, "--json", "--quiet"] + CAPACITY_WORKLOAD))
+    serves under CAPACITY_WORKLOAD, its lengths replaced by `workload_args`
+    where given: the throughput the loads are scaled to."""
+    workload = CAPACITY_WORKLOAD[:4] + list(workload_args) + CAPACITY_WORKLOAD[-2:] if workload_args \
+        else CAPACITY_WORKLOAD
+    summary = json.loads(sh([servesim, "simulate", "--profile", profile, "--json", "--quiet"] + workload))
     return summary["throughput"]["requests_per_s"]
 
 
@@ -201,9 +204,14 @@ def main():
                          "placement of the threads (needs --host-drift report or interleave)")
     ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     ap.add_argument("--model", default=MODEL)
-    ap.add_argument("--loads", help="NAME:RATE:REQUESTS,... in requests/s (default: light, near-saturation and "
-                                    "overloaded at 0.1, 0.5 and 1.0 of the profile's capacity, with 48, 40 and 48 "
-                                    "requests)")
+    ap.add_argument("--loads", help="NAME:RATE:REQUESTS,... in requests/s, or xF for F times the profile's "
+                                    "capacity (default: light, near-saturation and overloaded at x0.1, x0.5 and "
+                                    "x1.0, with 48, 40 and 48 requests)")
+    ap.add_argument("--schedulers", default=",".join(SCHEDULERS), help="comma-separated: continuous, chunked")
+    ap.add_argument("--workload-args", default="",
+                    help="the requests' lengths for every `servesim validate` and for the capacity simulation "
+                         "the loads scale to (default: the capacity workload's uniform 16-256 prompts, 16-128 "
+                         "outputs), e.g. \"--lengths-from-trace TRACE --trace-format azure\"")
     ap.add_argument("--validate-args", default="", help="extra flags for every `servesim validate`")
     ap.add_argument("--calibrate-args", default="", help="extra flags for `servesim calibrate`")
     opts = ap.parse_args()
@@ -216,12 +224,23 @@ def main():
     # The commit at the start: the code this study runs, even if another lands while it runs.
     commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
                             capture_output=True, text=True).stdout.strip()
-    loads = None
+    schedulers = opts.schedulers.split(",")
+    if not schedulers or any(s not in SCHEDULERS for s in schedulers):
+        ap.error(f"--schedulers: expected a comma-separated list of {', '.join(SCHEDULERS)} (got '{opts.schedulers}')")
+    workload_args = opts.workload_args.split()
+    fractions = [(name, f"x{fraction}", n) for name, fraction, n in LOADS]
     if opts.loads:
         try:
-            loads = [(name, float(rate), int(n)) for name, rate, n in (p.split(":") for p in opts.loads.split(","))]
+            fractions = [(name, rate, int(n)) for name, rate, n in (p.split(":") for p in opts.loads.split(","))]
+            for _, rate, n in fractions:
+                if not (float(rate[1:] if rate.startswith("x") else rate) > 0 and n > 0):
+                    raise ValueError
         except ValueError:
-            sys.exit(f"--loads: expected NAME:RATE:REQUESTS,... (got '{opts.loads}')")
+            sys.exit(f"--loads: expected NAME:RATE:REQUESTS or NAME:xFRACTION:REQUESTS,... with positive "
+                     f"numbers (got '{opts.loads}')")
+    # Rates in requests/s as given; None while some are fractions of the capacity (simulated below).
+    loads = None if any(rate.startswith("x") for _, rate, _ in fractions) else \
+        [(name, float(rate), n) for name, rate, n in fractions]
     os.makedirs(opts.out, exist_ok=True)
 
     profile = opts.profile or os.path.join(opts.out, "profile.json")
@@ -243,8 +262,9 @@ def main():
 
     capacity_rps = None
     if loads is None:
-        capacity_rps = capacity(opts.servesim, profile)
-        loads = scaled_loads(LOADS, capacity_rps)
+        capacity_rps = capacity(opts.servesim, profile, workload_args)
+        loads = [scaled_loads([(name, float(rate[1:]), n)], capacity_rps)[0] if rate.startswith("x")
+                 else (name, float(rate), n) for name, rate, n in fractions]
         print(f"capacity: {capacity_rps:.2f} req/s in the profile's simulation; loads "
               + ", ".join(f"{name} {rate} req/s" for name, rate, _ in loads), file=sys.stderr)
 
@@ -255,10 +275,10 @@ def main():
                                "--rate", str(rate), "--num-requests", str(n), "--seed", "1", "--quiet",
                                "--host-drift", opts.host_drift,
                                "--predict-draws", str(opts.predict_draws), "--out", out]
-                              + opts.validate_args.split())
+                              + workload_args + opts.validate_args.split())
 
     points = [(scheduler, load, rate, max(4, n // 4) if opts.quick else n)
-              for scheduler in SCHEDULERS for load, rate, n in loads]
+              for scheduler in schedulers for load, rate, n in loads]
 
     def folder(scheduler, load):
         return os.path.join(opts.out, f"{scheduler}_{load}")
@@ -297,8 +317,8 @@ def main():
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "commit": commit, "machine": f"{cpu} ({os.cpu_count()} cores), {platform.node()}",
             "model": opts.model, "device": opts.device, "loads": loads,
-            "capacity_rps": capacity_rps, "capacity_workload": CAPACITY_WORKLOAD if capacity_rps else None,
-            "schedulers": SCHEDULERS, "seed": 1,
+            "capacity_rps": capacity_rps, "capacity_workload": (workload_args or CAPACITY_WORKLOAD) if capacity_rps else None,
+            "workload_args": workload_args, "schedulers": schedulers, "seed": 1,
             "max_drift": opts.max_drift, "max_floor": opts.max_floor, "attempts": opts.attempts,
             "spread": opts.spread, "host_drift": opts.host_drift,
             "predict_draws": opts.predict_draws,
