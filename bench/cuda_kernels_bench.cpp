@@ -16,8 +16,9 @@
 //       B sequences of one new token after C - 1 cached (flash-decoding with
 //       the backend's split count). bytes = the K and V read (2 B C Hkv dh
 //       bf16 each) plus q and out; FLOPs = 4 B H C dh.
-//   prefill_attention/tokens:<T>
-//       one causal prompt of T tokens, tiled as the backend tiles it.
+//   prefill_attention/tokens:<T>/kernel:<wmma|mma>
+//       one causal prompt of T tokens, tiled as the backend tiles it, by
+//       either prefill kernel (cuda_kernels.h, PrefillKernel).
 //       bytes = q, K, V and out once each (T rows); FLOPs = 4 H dh T (T + 1) / 2.
 // Each benchmark's counters: bytes_per_second (Google Benchmark's own),
 // flop_per_second, share_of_copy (bytes/s over the device-to-device copy
@@ -214,7 +215,7 @@ void decode_attention_benchmark(benchmark::State& state, ModelSpec m, int32_t ba
   time_launches(state, launch, bytes, 4.0 * batch * H * double(context_len) * dh);
 }
 
-void prefill_attention_benchmark(benchmark::State& state, ModelSpec m, int32_t tokens) {
+void prefill_attention_benchmark(benchmark::State& state, ModelSpec m, int32_t tokens, cuda::PrefillKernel kernel) {
   AttentionSetup s(m, 1, tokens, true);
   std::vector<cuda::PrefillWorkItem> items;
   for (int32_t q = 0; q < tokens; q += cuda::kPrefillQueryTile)
@@ -222,7 +223,7 @@ void prefill_attention_benchmark(benchmark::State& state, ModelSpec m, int32_t t
   DeviceBuffer<cuda::PrefillWorkItem> items_d(items.size());
   items_d.upload(items);
   auto launch = [&](int) {
-    cuda::launch_prefill_attention(s.args, items_d.data(), int32_t(items.size()), context().stream);
+    cuda::launch_prefill_attention(s.args, items_d.data(), int32_t(items.size()), context().stream, kernel);
   };
   const double H = double(m.num_attention_heads), Hkv = double(m.num_key_value_heads), dh = double(m.head_dim);
   const double T = double(tokens);
@@ -248,10 +249,14 @@ void register_benchmarks(const ModelSpec& m) {
           ->UseManualTime()
           ->Unit(benchmark::kMicrosecond);
   for (int32_t tokens : {512, 1024, 2048, 4096})
-    benchmark::RegisterBenchmark(fmt::format("prefill_attention/tokens:{}", tokens).c_str(),
-                                 [m, tokens](benchmark::State& s) { prefill_attention_benchmark(s, m, tokens); })
-        ->UseManualTime()
-        ->Unit(benchmark::kMicrosecond);
+    for (cuda::PrefillKernel kernel : {cuda::PrefillKernel::Wmma, cuda::PrefillKernel::Mma})
+      benchmark::RegisterBenchmark(
+          fmt::format("prefill_attention/tokens:{}/kernel:{}", tokens,
+                      kernel == cuda::PrefillKernel::Mma ? "mma" : "wmma")
+              .c_str(),
+          [m, tokens, kernel](benchmark::State& s) { prefill_attention_benchmark(s, m, tokens, kernel); })
+          ->UseManualTime()
+          ->Unit(benchmark::kMicrosecond);
 }
 
 }  // namespace

@@ -103,6 +103,10 @@ tail -n 40 "$work/cuda_tests.txt" >>"$out/log.txt" 2>/dev/null
 
 # --- 3. efficiency benchmark ---------------------------------------------------------
 step bench 60 "$bench" --model llama-3.1-8b --json "$work/bench_llama-3.1-8b.json"
+# The same with the mma prefill attention (SERVESIM_PREFILL_ATTENTION=mma:
+# not the default until a run like this one has checked and timed it).
+step bench-mma-prefill 60 env SERVESIM_PREFILL_ATTENTION=mma "$bench" --model llama-3.1-8b \
+  --json "$work/bench_llama-3.1-8b_mma-prefill.json"
 # Every kernel over its axes (GEMMs at M = 1 .. 64 by both paths, decode and
 # prefill attention); experiments/gpu/summarize.py tabulates the shares.
 step kernels 90 "$kbench" --model llama-3.1-8b --benchmark_min_time=0.05 \

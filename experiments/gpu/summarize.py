@@ -41,13 +41,14 @@ def bench(work):
     for path in sorted(glob.glob(os.path.join(work, "bench_*.json"))):
         b = json.load(open(path))
         d, p = b["decode"], b["prefill"]
+        label = os.path.basename(path)[len("bench_"):-len(".json")]  # the model, and a variant's suffix
         lines += [
-            f"| {b['model']} decode batch 1 (context {d['context']}) | {d['step_s_median'] * 1e3:.3f} ms/token, "
+            f"| {label} decode batch 1 (context {d['context']}) | {d['step_s_median'] * 1e3:.3f} ms/token, "
             f"{d['bytes_per_s'] / 1e9:.0f} GB/s | {100 * d['share_of_copy']:.1f}% of copy "
             f"{b['copy_bytes_per_s'] / 1e9:.0f} GB/s | >= 85% |",
-            f"| {b['model']} prefill {p['tokens']} tokens | {p['seconds_median'] * 1e3:.1f} ms, "
+            f"| {label} prefill {p['tokens']} tokens | {p['seconds_median'] * 1e3:.1f} ms, "
             f"{p['flops_per_s'] / 1e12:.0f} TFLOP/s | {100 * p['share_of_gemm']:.1f}% of bf16 GEMM "
-            f"{b['bf16_gemm_flops_per_s'] / 1e12:.0f} TFLOP/s | >= 60% |"]
+            f"{b['bf16_gemm_flops_per_s'] / 1e12:.0f} TFLOP/s | >= 65% |"]
     if not lines:
         return "decoder benchmark: no result"
     return "| benchmark | measured | share of ceiling | target |\n|---|---|---|---|\n" + "\n".join(lines)

@@ -27,6 +27,7 @@
 #include <string>
 
 #include "kernels/cuda/attention_common.h"
+#include "kernels/cuda/attention_tiles.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
 
@@ -43,34 +44,6 @@ using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major>;
 using FragBCol = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major>;
 using FragBRow = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major>;
 using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
-
-// 16 bytes global -> shared, asynchronously; zero-filled when !valid (then
-// src, still a valid address, is not read).
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
-  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(__cvta_generic_to_global(src)),
-               "r"(valid ? 16 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-// Waits until at most N of this thread's groups are still in flight.
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-// Keys kt0 .. kt0 + 63 of KV head g into dst [64][ld] (rows >= kv_len zero).
-template <int DH>
-__device__ __forceinline__ void load_kv_tile(const bf16* cache, bf16* dst, int ld, int kt0, int kv_len,
-                                             const int32_t* table, int g, int Hkv, int bs) {
-  constexpr int kVecs = DH / 8;  // 16-byte pieces per row
-  for (int idx = threadIdx.x; idx < kPrefillKeys * kVecs; idx += kPrefillThreads) {
-    const int row = idx / kVecs, vec = idx % kVecs, p = kt0 + row;
-    const bool valid = p < kv_len;
-    const bf16* src = valid ? cache + kv_row_offset(table[p / bs], g, Hkv, bs, p % bs, DH) + vec * 8 : cache;
-    cp_async16(dst + row * ld + vec * 8, src, valid);
-  }
-}
 
 // Shapes: qkv [T, qkv_stride], caches [num_blocks][Hkv][block_size][DH],
 // out [T, H * DH]; shared memory as prefill_smem(DH).
@@ -101,13 +74,7 @@ __global__ void __launch_bounds__(kPrefillThreads)
   const int32_t* table = args.block_tables + sq.block_offset;
 
   // Prologue: group 1 = Q and K(0), group 2 = V(0).
-  for (int idx = tid; idx < kPrefillRows * (DH / 8); idx += kPrefillThreads) {
-    const int row = idx / (DH / 8), vec = idx % (DH / 8);
-    const bool valid = row < nq;
-    const bf16* src =
-        valid ? args.qkv + int64_t(sq.first_row + q0 + row) * args.qkv_stride + int64_t(h) * DH + vec * 8 : args.qkv;
-    cp_async16(s_q + row * L.ld_qkv + vec * 8, src, valid);
-  }
+  load_query_tile<DH>(args, sq, q0, nq, h, s_q, L.ld_qkv);
   load_kv_tile<DH>(args.k_cache, s_k, L.ld_qkv, 0, kv_len, table, g, Hkv, bs);
   cp_async_commit();
   load_kv_tile<DH>(args.v_cache, s_v, L.ld_qkv, 0, kv_len, table, g, Hkv, bs);
@@ -254,7 +221,7 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }  // namespace
 
 void launch_prefill_attention(const AttentionArgs& a, const PrefillWorkItem* items, int32_t num_items,
-                              cudaStream_t stream) {
+                              cudaStream_t stream, PrefillKernel kernel) {
   if (a.num_heads <= 0 || a.num_kv_heads <= 0 || a.num_heads % a.num_kv_heads != 0 || a.block_size <= 0)
     throw std::invalid_argument("prefill attention: need num_heads a positive multiple of num_kv_heads and block_size > 0");
   if (num_items < 0 || num_items > 65535)
@@ -262,6 +229,10 @@ void launch_prefill_attention(const AttentionArgs& a, const PrefillWorkItem* ite
   if (a.qkv_stride % 8 != 0 || !aligned16(a.qkv) || !aligned16(a.k_cache) || !aligned16(a.v_cache) ||
       !aligned16(a.out))
     throw std::invalid_argument("prefill attention: qkv, caches, out and qkv_stride must be 16-byte aligned");
+  if (kernel == PrefillKernel::Mma && prefill_mma_supports(a.head_dim)) {
+    if (num_items > 0) launch_prefill_attention_mma(a, items, num_items, stream);
+    return;
+  }
   switch (a.head_dim) {
 #define SERVESIM_PREFILL_CASE(DH)                      \
   case DH:                                             \

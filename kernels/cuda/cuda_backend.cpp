@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
 
 namespace servesim::cuda {
 namespace {
@@ -23,8 +26,20 @@ int current_sm_count() {
 
 }  // namespace
 
+PrefillKernel prefill_kernel_from_environment() {
+  const char* value = std::getenv("SERVESIM_PREFILL_ATTENTION");
+  const std::string v = value ? value : "";
+  if (v.empty() || v == "wmma") return PrefillKernel::Wmma;
+  if (v == "mma") return PrefillKernel::Mma;
+  throw std::invalid_argument("SERVESIM_PREFILL_ATTENTION=" + v + ": expected wmma or mma");
+}
+
 Backend::Backend(const ModelSpec& spec, cudaStream_t stream)
-    : spec_(spec), stream_(stream), sm_count_(current_sm_count()), gemm_(stream) {
+    : spec_(spec),
+      stream_(stream),
+      sm_count_(current_sm_count()),
+      gemm_(stream),
+      prefill_kernel_(prefill_kernel_from_environment()) {
   const int64_t half = spec_.head_dim / 2;
   std::vector<double> inv_freq(static_cast<size_t>(half));
   for (int64_t i = 0; i < half; ++i)
@@ -149,7 +164,7 @@ void Backend::attention(int layer, const BatchLayout&, KvCache& kv, Scratch& s) 
   const int32_t decode = s.meta.num_decode_sequences();
   if (decode > 0) launch_decode_attention(a, decode, decode_splits(decode), s.attention_workspace.data(), stream_);
   if (s.meta.num_prefill_items() > 0)
-    launch_prefill_attention(a, s.meta.prefill_items(), s.meta.num_prefill_items(), stream_);
+    launch_prefill_attention(a, s.meta.prefill_items(), s.meta.num_prefill_items(), stream_, prefill_kernel_);
 }
 
 void Backend::output_projection_add(const Weights& w, int layer, Scratch& s) {

@@ -134,6 +134,11 @@ class Backend {
   int sm_count_ = 0;
   DeviceBuffer<double> inv_freq_;  // [dh / 2] rope_theta^(-2i/dh)
   Gemm gemm_;
+  PrefillKernel prefill_kernel_ = PrefillKernel::Wmma;  // SERVESIM_PREFILL_ATTENTION
 };
+
+// The prefill attention kernel SERVESIM_PREFILL_ATTENTION names: unset or
+// "wmma" Wmma, "mma" Mma; std::invalid_argument naming the variable otherwise.
+PrefillKernel prefill_kernel_from_environment();
 
 }  // namespace servesim::cuda

@@ -117,8 +117,15 @@ struct PrefillWorkItem {
   int32_t first_query;  // tile's first new-token index within the sequence
   int32_t num_query;    // 1 .. kPrefillQueryTile
 };
+// Which kernel: Wmma (attention_prefill.cu, the default) or Mma
+// (attention_prefill_mma.cu: S and P in registers, mma.sync, K/V double-
+// buffered) where prefill_mma_supports(head_dim) (multiples of 16 up to 128;
+// Wmma above). The decoder takes Mma with SERVESIM_PREFILL_ATTENTION=mma
+// until a GPU run has checked and timed it.
+enum class PrefillKernel { Wmma, Mma };
+bool prefill_mma_supports(int32_t head_dim);
 void launch_prefill_attention(const AttentionArgs& args, const PrefillWorkItem* items, int32_t num_items,
-                              cudaStream_t stream);
+                              cudaStream_t stream, PrefillKernel kernel = PrefillKernel::Wmma);
 
 // Decode: sequences 0 .. num_sequences - 1 of args each have num_query == 1
 // (row first_row). Flash-decoding: each (sequence, KV head) splits its

@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <numeric>
 #include <random>
 #include <stdexcept>
@@ -30,6 +31,7 @@
 #include <vector>
 
 #include "cuda_test_support.h"
+#include "kernels/cuda/cuda_backend.h"
 
 using namespace servesim::cuda;
 using namespace servesim::cuda::test;
@@ -249,14 +251,22 @@ std::vector<PrefillWorkItem> prefill_items(const Batch& b, uint64_t seed) {
   return items;
 }
 
+// Both prefill kernels (Mma where it supports the head dim, else Wmma again).
+constexpr PrefillKernel kPrefillKernels[] = {PrefillKernel::Wmma, PrefillKernel::Mma};
+const char* kernel_name(PrefillKernel k) { return k == PrefillKernel::Mma ? "mma" : "wmma"; }
+
 void check_prefill(const Shape& s, const std::vector<SequenceSpec>& specs, uint64_t seed, const std::string& what) {
   const Batch b = make_batch(s, specs, seed);
   DeviceBatch d(b);
   const auto items = prefill_items(b, seed + 1);
   auto d_items = device_copy(items);
-  launch_prefill_attention(d.args, d_items.data(), int32_t(items.size()), nullptr);
-  synchronize();
-  check_output(b, reference(b, b.seqs), d.out.download(), what + ", " + describe(s));
+  const std::vector<double> ref = reference(b, b.seqs);
+  for (PrefillKernel kernel : kPrefillKernels) {
+    poison(d.out);
+    launch_prefill_attention(d.args, d_items.data(), int32_t(items.size()), nullptr, kernel);
+    synchronize();
+    check_output(b, ref, d.out.download(), what + ", " + describe(s) + ", " + kernel_name(kernel) + " kernel");
+  }
 }
 
 // Batch 37: contexts 1, 15, 16, 17, 1000, 5000 and short random ones.
@@ -349,7 +359,23 @@ TEST_CASE("attention rejects a head_dim that is not a multiple of 16 up to 256",
   auto ws = poisoned<float>(size_t(decode_attention_workspace_floats(1, 4, 272, 1)));
   for (int32_t dh : {0, 8, 40, 272}) {
     d.args.head_dim = dh;
-    REQUIRE_THROWS_AS(launch_prefill_attention(d.args, d_items.data(), 1, nullptr), std::invalid_argument);
+    for (PrefillKernel kernel : kPrefillKernels)
+      REQUIRE_THROWS_AS(launch_prefill_attention(d.args, d_items.data(), 1, nullptr, kernel), std::invalid_argument);
     REQUIRE_THROWS_AS(launch_decode_attention(d.args, 1, 1, ws.data(), nullptr), std::invalid_argument);
   }
+}
+
+TEST_CASE("prefill attention: the mma kernel's head dims, and SERVESIM_PREFILL_ATTENTION", "[cuda]") {
+  for (int32_t dh : {16, 48, 64, 128}) CHECK(prefill_mma_supports(dh));
+  for (int32_t dh : {0, 8, 40, 144, 256}) CHECK_FALSE(prefill_mma_supports(dh));
+  const char* before = std::getenv("SERVESIM_PREFILL_ATTENTION");
+  const std::string saved = before ? before : "";
+  unsetenv("SERVESIM_PREFILL_ATTENTION");
+  CHECK(prefill_kernel_from_environment() == PrefillKernel::Wmma);
+  setenv("SERVESIM_PREFILL_ATTENTION", "mma", 1);
+  CHECK(prefill_kernel_from_environment() == PrefillKernel::Mma);
+  setenv("SERVESIM_PREFILL_ATTENTION", "flash", 1);
+  CHECK_THROWS_AS(prefill_kernel_from_environment(), std::invalid_argument);
+  if (before) setenv("SERVESIM_PREFILL_ATTENTION", saved.c_str(), 1);
+  else unsetenv("SERVESIM_PREFILL_ATTENTION");
 }
