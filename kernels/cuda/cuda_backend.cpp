@@ -182,8 +182,12 @@ void Backend::rmsnorm_mlp_input(const Weights& w, int layer, Scratch& s) {
 void Backend::mlp_add(const Weights& w, int layer, Scratch& s) {
   const LayerWeights& L = w.layers[size_t(layer)];
   const int64_t T = s.meta.num_tokens(), d = spec_.hidden_size, I = spec_.intermediate_size;
-  gemm_.bf16_out(s.h.data(), L.w_gate_up, T, 2 * I, d, s.gate_up.data());
-  launch_swiglu(s.gate_up.data(), int32_t(T), I, s.act.data(), stream_);
+  if (T <= gemm_.small_m_rows() && small_m_gemm_fits(s.h.data(), L.w_gate_up, d)) {
+    launch_small_m_gemm_swiglu(s.h.data(), L.w_gate_up, int32_t(T), I, d, s.act.data(), stream_);  // decode
+  } else {
+    gemm_.bf16_out(s.h.data(), L.w_gate_up, T, 2 * I, d, s.gate_up.data());
+    launch_swiglu(s.gate_up.data(), int32_t(T), I, s.act.data(), stream_);
+  }
   gemm_.bf16_out(s.act.data(), L.w_down, T, d, I, s.branch.data());
   s.branch_pending = true;
 }

@@ -88,6 +88,12 @@ void launch_small_m_gemm(const bf16* in, const bf16* w, int32_t T, int64_t N, in
                          cudaStream_t stream);
 void launch_small_m_gemm(const bf16* in, const bf16* w, int32_t T, int64_t N, int64_t K, float* out,
                          cudaStream_t stream);
+// The MLP's gate_up product and SwiGLU in one pass: in bf16 [T, K],
+// w_gate_up bf16 [2I, K] (gate rows, then up rows) -> act bf16 [T, I], bit
+// for bit what launch_small_m_gemm into gate_up [T, 2I] and launch_swiglu
+// give (one launch and one round trip of gate_up fewer per layer).
+void launch_small_m_gemm_swiglu(const bf16* in, const bf16* w_gate_up, int32_t T, int64_t I, int64_t K, bf16* act,
+                                cudaStream_t stream);
 
 // ---- attention --------------------------------------------------------------
 

@@ -48,22 +48,32 @@ __device__ __forceinline__ float dot8(const uint4& x, const uint4& w, float acc)
 
 // in bf16 [T, K], w bf16 [N, K], out [T, N]:
 //   out[t, n] = sum_k in[t, k] w[n, k]
+// or with kSwiglu, w bf16 [2N, K] (gate rows, then up rows) and out bf16 [T, N]:
+//   out[t, n] = bf16(silu(g) u), g = bf16(sum_k in[t, k] w[n, k]), u = bf16(... w[N + n, k]),
+// the gate_up product and launch_swiglu (swiglu.cu) in one pass, bit for
+// bit (each row's sum runs in the same order either way, and is rounded to
+// bf16 before the activation as the stored gate_up would be).
 // K % 8 == 0 and in, w 16-byte aligned (the launcher checks). Warp g of the
-// grid computes rows g R .. g R + R - 1 (those below N).
-template <int T, int R, class Out>
+// grid computes output columns g C .. g C + C - 1 (those below N), C = R
+// plain, R / 2 with kSwiglu.
+template <int T, int R, class Out, bool kSwiglu>
 __global__ void __launch_bounds__(kThreads) small_m_gemm_kernel(const bf16* __restrict__ in,
                                                                 const bf16* __restrict__ w, int64_t N, int64_t K,
                                                                 Out* __restrict__ out) {
+  constexpr int C = kSwiglu ? R / 2 : R;  // output columns per warp
   const int lane = int(threadIdx.x) & 31;
-  const int64_t first_row = (int64_t(blockIdx.x) * kWarpsPerBlock + int64_t(threadIdx.x) / 32) * R;
-  if (first_row >= N) return;
+  const int64_t first = (int64_t(blockIdx.x) * kWarpsPerBlock + int64_t(threadIdx.x) / 32) * C;
+  if (first >= N) return;
   const int64_t chunks = K / 8;  // uint4 per row
   const uint4* in4 = reinterpret_cast<const uint4*>(in);
+  // Row r of the warp: column first + r % C's weight row (with kSwiglu, its
+  // gate row for r < C, its up row N further for r >= C). A column past N
+  // rereads the last one's row and is not stored.
   const uint4* rows[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
-    const int64_t n = first_row + r < N ? first_row + r : N - 1;  // past N: reread the last row, not stored
-    rows[r] = reinterpret_cast<const uint4*>(w) + n * chunks;
+    const int64_t column = first + r % C < N ? first + r % C : N - 1;
+    rows[r] = reinterpret_cast<const uint4*>(w) + (kSwiglu && r >= C ? N + column : column) * chunks;
   }
   float acc[T][R];
 #pragma unroll
@@ -96,21 +106,31 @@ __global__ void __launch_bounds__(kThreads) small_m_gemm_kernel(const bf16* __re
 #pragma unroll
   for (int t = 0; t < T; ++t)
 #pragma unroll
-    for (int r = 0; r < R; ++r)
-      if (first_row + r < N) store(out + int64_t(t) * N + first_row + r, acc[t][r]);
+    for (int r = 0; r < C; ++r) {
+      if (first + r >= N) continue;
+      if constexpr (kSwiglu) {
+        // As swiglu_kernel: g / (1 + exp(-g)) * u in fp32 from the bf16 g and u.
+        const float g = __bfloat162float(__float2bfloat16(acc[t][r]));
+        const float u = __bfloat162float(__float2bfloat16(acc[t][r + C]));
+        store(out + int64_t(t) * N + first + r, g / (1.0f + expf(-g)) * u);
+      } else {
+        store(out + int64_t(t) * N + first + r, acc[t][r]);
+      }
+    }
 }
 
-template <int T, class Out>
+template <int T, class Out, bool kSwiglu>
 void launch_rows(const bf16* in, const bf16* w, int64_t N, int64_t K, Out* out, cudaStream_t stream) {
   constexpr int R = T <= 2 ? 2 : 4;
-  const int64_t warps = (N + R - 1) / R;
+  constexpr int C = kSwiglu ? R / 2 : R;
+  const int64_t warps = (N + C - 1) / C;
   const int64_t blocks = (warps + kWarpsPerBlock - 1) / kWarpsPerBlock;
   if (blocks > 0x7fffffff) throw std::invalid_argument("launch_small_m_gemm: N too large");
-  small_m_gemm_kernel<T, R, Out><<<unsigned(blocks), kThreads, 0, stream>>>(in, w, N, K, out);
+  small_m_gemm_kernel<T, R, Out, kSwiglu><<<unsigned(blocks), kThreads, 0, stream>>>(in, w, N, K, out);
   CUDA_CHECK_LAUNCH("small_m_gemm_kernel");
 }
 
-template <class Out>
+template <bool kSwiglu = false, class Out>
 void launch(const bf16* in, const bf16* w, int32_t T, int64_t N, int64_t K, Out* out, cudaStream_t stream) {
   if (T < 0 || N < 0 || K < 0) throw std::invalid_argument("launch_small_m_gemm: negative T, N or K");
   if (T > kSmallMGemmMaxRows)
@@ -118,14 +138,14 @@ void launch(const bf16* in, const bf16* w, int32_t T, int64_t N, int64_t K, Out*
   if (!small_m_gemm_fits(in, w, K)) throw std::invalid_argument("launch_small_m_gemm: K % 8 != 0 or unaligned");
   if (T == 0 || N == 0) return;
   switch (T) {
-    case 1: return launch_rows<1>(in, w, N, K, out, stream);
-    case 2: return launch_rows<2>(in, w, N, K, out, stream);
-    case 3: return launch_rows<3>(in, w, N, K, out, stream);
-    case 4: return launch_rows<4>(in, w, N, K, out, stream);
-    case 5: return launch_rows<5>(in, w, N, K, out, stream);
-    case 6: return launch_rows<6>(in, w, N, K, out, stream);
-    case 7: return launch_rows<7>(in, w, N, K, out, stream);
-    default: return launch_rows<8>(in, w, N, K, out, stream);
+    case 1: return launch_rows<1, Out, kSwiglu>(in, w, N, K, out, stream);
+    case 2: return launch_rows<2, Out, kSwiglu>(in, w, N, K, out, stream);
+    case 3: return launch_rows<3, Out, kSwiglu>(in, w, N, K, out, stream);
+    case 4: return launch_rows<4, Out, kSwiglu>(in, w, N, K, out, stream);
+    case 5: return launch_rows<5, Out, kSwiglu>(in, w, N, K, out, stream);
+    case 6: return launch_rows<6, Out, kSwiglu>(in, w, N, K, out, stream);
+    case 7: return launch_rows<7, Out, kSwiglu>(in, w, N, K, out, stream);
+    default: return launch_rows<8, Out, kSwiglu>(in, w, N, K, out, stream);
   }
 }
 
@@ -143,6 +163,11 @@ void launch_small_m_gemm(const bf16* in, const bf16* w, int32_t T, int64_t N, in
 void launch_small_m_gemm(const bf16* in, const bf16* w, int32_t T, int64_t N, int64_t K, float* out,
                          cudaStream_t stream) {
   launch(in, w, T, N, K, out, stream);
+}
+
+void launch_small_m_gemm_swiglu(const bf16* in, const bf16* w_gate_up, int32_t T, int64_t I, int64_t K, bf16* act,
+                                cudaStream_t stream) {
+  launch<true>(in, w_gate_up, T, I, K, act, stream);
 }
 
 }  // namespace servesim::cuda

@@ -4,12 +4,15 @@
 // (|x| <= 256), so the check is bit-exact whatever order cuBLASLt sums in.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <stdexcept>
 #include <vector>
 
 #include "cuda_test_support.h"
+#include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_stream.h"
 #include "kernels/cuda/gemm.h"
 
@@ -161,4 +164,26 @@ TEST_CASE("cuda small-M kernel: refusals", "[cuda]") {
   Gemm gemm(stream.get());
   CHECK_THROWS_AS(gemm.set_small_m_rows(kSmallMGemmMaxRows + 1), std::invalid_argument);
   CHECK_THROWS_AS(gemm.set_small_m_rows(-1), std::invalid_argument);
+}
+
+TEST_CASE("cuda small-M gate_up with SwiGLU fused is bit for bit the product then launch_swiglu", "[cuda]") {
+  CudaStream stream;
+  const int64_t I = 99, K = 256;  // I odd: columns that fill no warp's group of 1 or 2
+  const DeviceBuffer<bf16> w = device_copy(to_bf16(std::span<const float>(random_floats(size_t(2 * I * K), 3))));
+  for (int32_t T = 1; T <= kSmallMGemmMaxRows; ++T) {
+    INFO("T = " << T);
+    const DeviceBuffer<bf16> in =
+        device_copy(to_bf16(std::span<const float>(random_floats(size_t(T) * size_t(K), uint64_t(40 + T), -2, 2))));
+    DeviceBuffer<bf16> gate_up = poisoned<bf16>(size_t(T) * size_t(2 * I));
+    DeviceBuffer<bf16> unfused = poisoned<bf16>(size_t(T) * size_t(I)), fused = poisoned<bf16>(size_t(T) * size_t(I));
+    launch_small_m_gemm(in.data(), w.data(), T, 2 * I, K, gate_up.data(), stream.get());
+    launch_swiglu(gate_up.data(), T, I, unfused.data(), stream.get());
+    launch_small_m_gemm_swiglu(in.data(), w.data(), T, I, K, fused.data(), stream.get());
+    CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+    const std::vector<bf16> a = unfused.download(), b = fused.download();
+    int64_t different = 0;
+    for (size_t i = 0; i < a.size(); ++i)
+      different += std::memcmp(&a[i], &b[i], sizeof(bf16)) != 0 || std::isnan(to_float(b[i]));
+    CHECK(different == 0);
+  }
 }
