@@ -109,15 +109,11 @@ __global__ void __launch_bounds__(kPrefillThreads)
   const int g8 = lane / 4, c2 = 2 * (lane % 4);
 
   const int H = args.num_heads, Hkv = args.num_kv_heads, bs = args.block_size;
-  const int h = blockIdx.x, g = h / (H / Hkv);
-  const PrefillWorkItem item = items[num_items - 1 - int(blockIdx.y)];
-  const DeviceSequence sq = args.sequences[item.sequence];
-  const int nq = item.num_query < kPrefillRows ? item.num_query : kPrefillRows;
-  if (nq <= 0) return;  // uniform over the block
-  const int q0 = item.first_query;
-  const int kv_len = prefill_kv_len(sq.num_cached, q0, nq);
-  const int tiles = ceil_div(kv_len, kPrefillKeys);
-  const int32_t* table = args.block_tables + sq.block_offset;
+  const PrefillBlock blk = prefill_block(args, items, num_items);
+  if (blk.nq <= 0) return;  // uniform over the block
+  const int h = blk.h, g = blk.g, nq = blk.nq, q0 = blk.q0, kv_len = blk.kv_len, tiles = blk.tiles;
+  const DeviceSequence sq = blk.sq;
+  const int32_t* table = blk.table;
 
   // Prologue: Q and tile 0 in one group.
   load_query_tile<DH>(args, sq, q0, nq, h, smem + L::q, L::ld);

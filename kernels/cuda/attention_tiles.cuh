@@ -40,6 +40,31 @@ __device__ __forceinline__ void load_kv_tile(const __nv_bfloat16* cache, __nv_bf
   }
 }
 
+// What a prefill block serves: block (h, y) of grid (H, num_items) takes
+// query head h (KV head g) of work item num_items - 1 - y (the last items,
+// usually the longest causal rows, start first), nq of its rows from new
+// token q0, over kv_len keys in `tiles` tiles of kPrefillKeys. nq <= 0: no
+// work (the same for the whole block).
+struct PrefillBlock {
+  int h, g, nq, q0, kv_len, tiles;
+  DeviceSequence sq;
+  const int32_t* table;
+};
+__device__ __forceinline__ PrefillBlock prefill_block(const AttentionArgs& args, const PrefillWorkItem* items,
+                                                      int32_t num_items) {
+  PrefillBlock b;
+  b.h = int(blockIdx.x);
+  b.g = b.h / (args.num_heads / args.num_kv_heads);
+  const PrefillWorkItem item = items[num_items - 1 - int(blockIdx.y)];
+  b.sq = args.sequences[item.sequence];
+  b.nq = item.num_query < kPrefillRows ? item.num_query : kPrefillRows;
+  b.q0 = item.first_query;
+  b.kv_len = prefill_kv_len(b.sq.num_cached, b.q0, b.nq);
+  b.tiles = ceil_div(b.kv_len, kPrefillKeys);
+  b.table = args.block_tables + b.sq.block_offset;
+  return b;
+}
+
 // The tile's query rows q0 .. q0 + nq - 1 of head h (rows nq .. kPrefillRows - 1
 // zero) into dst [kPrefillRows][ld].
 template <int DH>
