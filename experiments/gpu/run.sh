@@ -116,6 +116,10 @@ tail -n 40 "$work/cuda_tests.txt" >>"$out/log.txt" 2>/dev/null
 
 # --- 3. efficiency benchmark ---------------------------------------------------------
 step bench 60 "$bench" --model llama-3.1-8b --json "$work/bench_llama-3.1-8b.json"
+# Decode through cuBLASLt alone (SERVESIM_SMALL_M_GEMM=off), beside the
+# small-M kernel of the run above.
+step bench-cublaslt-decode 60 env SERVESIM_SMALL_M_GEMM=off "$bench" --model llama-3.1-8b \
+  --json "$work/bench_llama-3.1-8b_cublaslt-decode.json"
 # The same with the mma prefill attention (SERVESIM_PREFILL_ATTENTION=mma:
 # not the default until a run like this one has checked and timed it).
 step bench-mma-prefill 60 env SERVESIM_PREFILL_ATTENTION=mma "$bench" --model llama-3.1-8b \

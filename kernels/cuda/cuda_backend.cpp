@@ -34,12 +34,21 @@ PrefillKernel prefill_kernel_from_environment() {
   throw std::invalid_argument("SERVESIM_PREFILL_ATTENTION=" + v + ": expected wmma or mma");
 }
 
+bool small_m_gemm_from_environment() {
+  const char* value = std::getenv("SERVESIM_SMALL_M_GEMM");
+  const std::string v = value ? value : "";
+  if (v.empty() || v == "on") return true;
+  if (v == "off") return false;
+  throw std::invalid_argument("SERVESIM_SMALL_M_GEMM=" + v + ": expected on or off");
+}
+
 Backend::Backend(const ModelSpec& spec, cudaStream_t stream)
     : spec_(spec),
       stream_(stream),
       sm_count_(current_sm_count()),
       gemm_(stream),
       prefill_kernel_(prefill_kernel_from_environment()) {
+  if (!small_m_gemm_from_environment()) gemm_.set_small_m_rows(0);
   const int64_t half = spec_.head_dim / 2;
   std::vector<double> inv_freq(static_cast<size_t>(half));
   for (int64_t i = 0; i < half; ++i)

@@ -140,5 +140,9 @@ class Backend {
 // The prefill attention kernel SERVESIM_PREFILL_ATTENTION names: unset or
 // "wmma" Wmma, "mma" Mma; std::invalid_argument naming the variable otherwise.
 PrefillKernel prefill_kernel_from_environment();
+// Whether decode's products take the small-M kernel (Gemm::small_m_rows):
+// SERVESIM_SMALL_M_GEMM unset or "on" yes, "off" no (every product through
+// cuBLASLt, the MLP's SwiGLU apart); std::invalid_argument otherwise.
+bool small_m_gemm_from_environment();
 
 }  // namespace servesim::cuda

@@ -379,3 +379,18 @@ TEST_CASE("prefill attention: the mma kernel's head dims, and SERVESIM_PREFILL_A
   if (before) setenv("SERVESIM_PREFILL_ATTENTION", saved.c_str(), 1);
   else unsetenv("SERVESIM_PREFILL_ATTENTION");
 }
+
+TEST_CASE("SERVESIM_SMALL_M_GEMM turns decode's small-M products off and on", "[cuda]") {
+  const char* before = std::getenv("SERVESIM_SMALL_M_GEMM");
+  const std::string saved = before ? before : "";
+  unsetenv("SERVESIM_SMALL_M_GEMM");
+  CHECK(small_m_gemm_from_environment());
+  setenv("SERVESIM_SMALL_M_GEMM", "off", 1);
+  CHECK_FALSE(small_m_gemm_from_environment());
+  setenv("SERVESIM_SMALL_M_GEMM", "on", 1);
+  CHECK(small_m_gemm_from_environment());
+  setenv("SERVESIM_SMALL_M_GEMM", "0", 1);
+  CHECK_THROWS_AS(small_m_gemm_from_environment(), std::invalid_argument);
+  if (before) setenv("SERVESIM_SMALL_M_GEMM", saved.c_str(), 1);
+  else unsetenv("SERVESIM_SMALL_M_GEMM");
+}
