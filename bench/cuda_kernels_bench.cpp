@@ -12,13 +12,14 @@
 //       weight-streaming kernel (M <= 8), cublaslt the library's.
 //       bytes = 2 N K + 2 M K + M N (2, or 4 for the LM head's fp32 logits);
 //       FLOPs = 2 M N K.
-//   decode_attention/batch:<B>/context:<C>
+//   decode_attention/batch:<B>/context:<C>[/splits:<S>]
 //       B sequences of one new token after C - 1 cached (flash-decoding with
-//       the backend's split count). bytes = the K and V read (2 B C Hkv dh
+//       the backend's split count, or S). bytes = the K and V read (2 B C Hkv dh
 //       bf16 each) plus q and out; FLOPs = 4 B H C dh.
-//   prefill_attention/tokens:<T>/kernel:<wmma|mma>
+//   prefill_attention/tokens:<T>[/head_dim:64]/kernel:<wmma|mma>
 //       one causal prompt of T tokens, tiled as the backend tiles it, by
-//       either prefill kernel (cuda_kernels.h, PrefillKernel).
+//       either prefill kernel (cuda_kernels.h, PrefillKernel); the model's
+//       head dim, or 64.
 //       bytes = q, K, V and out once each (T rows); FLOPs = 4 H dh T (T + 1) / 2.
 // Each benchmark's counters: bytes_per_second (Google Benchmark's own),
 // flop_per_second, share_of_copy (bytes/s over the device-to-device copy
@@ -200,9 +201,11 @@ struct AttentionSetup {
   }
 };
 
-void decode_attention_benchmark(benchmark::State& state, ModelSpec m, int32_t batch, int32_t context_len) {
+// splits 0: the backend's choice (decode_attention_splits).
+void decode_attention_benchmark(benchmark::State& state, ModelSpec m, int32_t batch, int32_t context_len,
+                                int32_t splits) {
   AttentionSetup s(m, batch, context_len, false);
-  const int32_t splits = cuda::decode_attention_splits(batch, int32_t(m.num_key_value_heads), context().sm_count);
+  if (splits == 0) splits = cuda::decode_attention_splits(batch, int32_t(m.num_key_value_heads), context().sm_count);
   DeviceBuffer<float> workspace(
       size_t(cuda::decode_attention_workspace_floats(batch, int32_t(m.num_attention_heads), int32_t(m.head_dim),
                                                      splits)));
@@ -242,12 +245,17 @@ void register_benchmarks(const ModelSpec& m) {
             ->UseManualTime()
             ->Unit(benchmark::kMicrosecond);
       }
+  auto decode = [&m](const std::string& name, int32_t batch, int32_t ctx, int32_t splits) {
+    benchmark::RegisterBenchmark(name.c_str(), [m, batch, ctx, splits](benchmark::State& s) {
+      decode_attention_benchmark(s, m, batch, ctx, splits);
+    })->UseManualTime()->Unit(benchmark::kMicrosecond);
+  };
   for (int32_t batch : {1, 8, 32, 128})
-    for (int32_t ctx : {512, 4096})
-      benchmark::RegisterBenchmark(fmt::format("decode_attention/batch:{}/context:{}", batch, ctx).c_str(),
-                                   [m, batch, ctx](benchmark::State& s) { decode_attention_benchmark(s, m, batch, ctx); })
-          ->UseManualTime()
-          ->Unit(benchmark::kMicrosecond);
+    for (int32_t ctx : {512, 4096}) decode(fmt::format("decode_attention/batch:{}/context:{}", batch, ctx), batch, ctx, 0);
+  // The split count's axis at one long context (the backend's choice above).
+  for (int32_t batch : {1, 8})
+    for (int32_t splits : {1, 4, 16, 64})
+      decode(fmt::format("decode_attention/batch:{}/context:4096/splits:{}", batch, splits), batch, 4096, splits);
   for (int32_t tokens : {512, 1024, 2048, 4096})
     for (cuda::PrefillKernel kernel : {cuda::PrefillKernel::Wmma, cuda::PrefillKernel::Mma})
       benchmark::RegisterBenchmark(
@@ -257,6 +265,19 @@ void register_benchmarks(const ModelSpec& m) {
           [m, tokens, kernel](benchmark::State& s) { prefill_attention_benchmark(s, m, tokens, kernel); })
           ->UseManualTime()
           ->Unit(benchmark::kMicrosecond);
+  // The head dim's axis: the model's heads at head dim 64 (the model's own above).
+  if (m.head_dim != 64) {
+    ModelSpec dh64 = m;
+    dh64.head_dim = 64;
+    for (cuda::PrefillKernel kernel : {cuda::PrefillKernel::Wmma, cuda::PrefillKernel::Mma})
+      benchmark::RegisterBenchmark(
+          fmt::format("prefill_attention/tokens:2048/head_dim:64/kernel:{}",
+                      kernel == cuda::PrefillKernel::Mma ? "mma" : "wmma")
+              .c_str(),
+          [dh64, kernel](benchmark::State& s) { prefill_attention_benchmark(s, dh64, 2048, kernel); })
+          ->UseManualTime()
+          ->Unit(benchmark::kMicrosecond);
+  }
 }
 
 }  // namespace
