@@ -26,21 +26,25 @@ int current_sm_count() {
 
 }  // namespace
 
-PrefillKernel prefill_kernel_from_environment() {
-  const char* value = std::getenv("SERVESIM_PREFILL_ATTENTION");
+namespace {
+
+// Which of two values the environment variable `name` holds: false when it
+// is unset or `first`, true when `second`; std::invalid_argument otherwise.
+bool second_choice(const char* name, const std::string& first, const std::string& second) {
+  const char* value = std::getenv(name);
   const std::string v = value ? value : "";
-  if (v.empty() || v == "wmma") return PrefillKernel::Wmma;
-  if (v == "mma") return PrefillKernel::Mma;
-  throw std::invalid_argument("SERVESIM_PREFILL_ATTENTION=" + v + ": expected wmma or mma");
+  if (v.empty() || v == first) return false;
+  if (v == second) return true;
+  throw std::invalid_argument(std::string(name) + "=" + v + ": expected " + first + " or " + second);
 }
 
-bool small_m_gemm_from_environment() {
-  const char* value = std::getenv("SERVESIM_SMALL_M_GEMM");
-  const std::string v = value ? value : "";
-  if (v.empty() || v == "on") return true;
-  if (v == "off") return false;
-  throw std::invalid_argument("SERVESIM_SMALL_M_GEMM=" + v + ": expected on or off");
+}  // namespace
+
+PrefillKernel prefill_kernel_from_environment() {
+  return second_choice("SERVESIM_PREFILL_ATTENTION", "wmma", "mma") ? PrefillKernel::Mma : PrefillKernel::Wmma;
 }
+
+bool small_m_gemm_from_environment() { return !second_choice("SERVESIM_SMALL_M_GEMM", "on", "off"); }
 
 Backend::Backend(const ModelSpec& spec, cudaStream_t stream)
     : spec_(spec),
@@ -191,7 +195,7 @@ void Backend::rmsnorm_mlp_input(const Weights& w, int layer, Scratch& s) {
 void Backend::mlp_add(const Weights& w, int layer, Scratch& s) {
   const LayerWeights& L = w.layers[size_t(layer)];
   const int64_t T = s.meta.num_tokens(), d = spec_.hidden_size, I = spec_.intermediate_size;
-  if (T <= gemm_.small_m_rows() && small_m_gemm_fits(s.h.data(), L.w_gate_up, d)) {
+  if (gemm_.takes_small_m(s.h.data(), L.w_gate_up, T, d)) {
     launch_small_m_gemm_swiglu(s.h.data(), L.w_gate_up, int32_t(T), I, d, s.act.data(), stream_);  // decode
   } else {
     gemm_.bf16_out(s.h.data(), L.w_gate_up, T, 2 * I, d, s.gate_up.data());

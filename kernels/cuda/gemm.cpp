@@ -146,7 +146,7 @@ void Gemm::run(const bf16* in, const bf16* w, int64_t T, int64_t N, int64_t K, v
   checked(T, "T");
   checked(N, "N");
   checked(K, "K");
-  if (T <= small_m_rows_ && small_m_gemm_fits(in, w, K)) {
+  if (takes_small_m(in, w, T, K)) {
     if (out_type == CUDA_R_32F)
       launch_small_m_gemm(in, w, int32_t(T), N, K, static_cast<float*>(out), stream_);
     else

@@ -59,6 +59,12 @@ class Gemm {
   // kernel; 0 sends every product to cuBLASLt (benchmarks compare the two).
   void set_small_m_rows(int32_t rows);
   int32_t small_m_rows() const { return small_m_rows_; }
+  // Whether a product of T rows of `in` with `w` (K columns) takes the
+  // small-M kernel: T <= small_m_rows() and small_m_gemm_fits. The CUDA
+  // backend asks it before fusing the MLP's gate_up with SwiGLU.
+  bool takes_small_m(const bf16* in, const bf16* w, int64_t T, int64_t K) const {
+    return T <= small_m_rows_ && small_m_gemm_fits(in, w, K);
+  }
 
  private:
   // (N, K, output type, operand alignment in bytes, T the algorithm was chosen for)

@@ -23,6 +23,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/swiglu_value.cuh"
 
 namespace servesim::cuda {
 namespace {
@@ -109,10 +110,10 @@ __global__ void __launch_bounds__(kThreads) small_m_gemm_kernel(const bf16* __re
     for (int r = 0; r < C; ++r) {
       if (first + r >= N) continue;
       if constexpr (kSwiglu) {
-        // As swiglu_kernel: g / (1 + exp(-g)) * u in fp32 from the bf16 g and u.
+        // As swiglu_kernel: from the bf16 g and u that gate_up would hold.
         const float g = __bfloat162float(__float2bfloat16(acc[t][r]));
         const float u = __bfloat162float(__float2bfloat16(acc[t][r + C]));
-        store(out + int64_t(t) * N + first + r, g / (1.0f + expf(-g)) * u);
+        store(out + int64_t(t) * N + first + r, swiglu_value(g, u));
       } else {
         store(out + int64_t(t) * N + first + r, acc[t][r]);
       }

@@ -4,6 +4,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/swiglu_value.cuh"
 
 namespace servesim::cuda {
 namespace {
@@ -22,7 +23,7 @@ __global__ void swiglu_kernel(const bf16* __restrict__ gate_up, int32_t T, int64
     bf16* out = act + t * I;
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < I; i += col_stride) {
       const float g = __bfloat162float(gate[i]), u = __bfloat162float(up[i]);
-      out[i] = __float2bfloat16(g / (1.0f + expf(-g)) * u);
+      out[i] = __float2bfloat16(swiglu_value(g, u));
     }
   }
 }
