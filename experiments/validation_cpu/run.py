@@ -82,9 +82,10 @@ LOADS = [  # name, fraction of capacity, requests
     ("near-saturation", 0.5, 40),
     ("overloaded", 1.0, 48),
 ]
-# The workload whose capacity sets the loads: validate's default lengths.
-CAPACITY_WORKLOAD = ["--rate", "100", "--num-requests", "400", "--prompt-len", "uniform:16:256",
-                     "--output-len", "uniform:16:128", "--seed", "1"]
+# The workload whose capacity sets the loads: validate's default lengths
+# (or --workload-args) at an overloading rate.
+DEFAULT_LENGTHS = ["--prompt-len", "uniform:16:256", "--output-len", "uniform:16:128"]
+CAPACITY_ARRIVALS = ["--rate", "100", "--num-requests", "400", "--seed", "1"]
 SCHEDULERS = ["continuous", "chunked"]
 
 
@@ -107,19 +108,21 @@ def placement_share(profile):
     return max(counts.get("near", 0), counts.get("far", 0)) / known if known else None
 
 
-def capacity(servesim, profile, workload_args=()):
+def capacity(servesim, profile, lengths=DEFAULT_LENGTHS):
     """Requests/s the profile's simulation (chunked, the default scheduler)
-    serves under CAPACITY_WORKLOAD, its lengths replaced by `workload_args`
-    where given: the throughput the loads are scaled to."""
-    workload = CAPACITY_WORKLOAD[:4] + list(workload_args) + CAPACITY_WORKLOAD[-2:] if workload_args \
-        else CAPACITY_WORKLOAD
-    summary = json.loads(sh([servesim, "simulate", "--profile", profile, "--json", "--quiet"] + workload))
+    serves at CAPACITY_ARRIVALS with these lengths: the throughput the loads
+    are scaled to."""
+    summary = json.loads(sh([servesim, "simulate", "--profile", profile, "--json", "--quiet"] + CAPACITY_ARRIVALS
+                            + list(lengths)))
     return summary["throughput"]["requests_per_s"]
 
 
-def scaled_loads(fractions, capacity_rps):
-    """Each load's rate: its fraction of the capacity, to two significant digits."""
-    return [(name, float(f"{fraction * capacity_rps:.2g}"), n) for name, fraction, n in fractions]
+def rate_of(rate, capacity_rps):
+    """A --loads rate in requests/s: "xF" is F times the capacity, to two
+    significant digits; anything else a rate as written."""
+    if rate.startswith("x"):
+        return float(f"{float(rate[1:]) * capacity_rps:.2g}")
+    return float(rate)
 
 
 def write_summary(out, rows):
@@ -240,7 +243,7 @@ def main():
                      f"numbers (got '{opts.loads}')")
     # Rates in requests/s as given; None while some are fractions of the capacity (simulated below).
     loads = None if any(rate.startswith("x") for _, rate, _ in fractions) else \
-        [(name, float(rate), n) for name, rate, n in fractions]
+        [(name, rate_of(rate, None), n) for name, rate, n in fractions]
     os.makedirs(opts.out, exist_ok=True)
 
     profile = opts.profile or os.path.join(opts.out, "profile.json")
@@ -262,9 +265,8 @@ def main():
 
     capacity_rps = None
     if loads is None:
-        capacity_rps = capacity(opts.servesim, profile, workload_args)
-        loads = [scaled_loads([(name, float(rate[1:]), n)], capacity_rps)[0] if rate.startswith("x")
-                 else (name, float(rate), n) for name, rate, n in fractions]
+        capacity_rps = capacity(opts.servesim, profile, workload_args or DEFAULT_LENGTHS)
+        loads = [(name, rate_of(rate, capacity_rps), n) for name, rate, n in fractions]
         print(f"capacity: {capacity_rps:.2f} req/s in the profile's simulation; loads "
               + ", ".join(f"{name} {rate} req/s" for name, rate, _ in loads), file=sys.stderr)
 
@@ -317,7 +319,7 @@ def main():
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "commit": commit, "machine": f"{cpu} ({os.cpu_count()} cores), {platform.node()}",
             "model": opts.model, "device": opts.device, "loads": loads,
-            "capacity_rps": capacity_rps, "capacity_workload": (workload_args or CAPACITY_WORKLOAD) if capacity_rps else None,
+            "capacity_rps": capacity_rps, "capacity_workload": CAPACITY_ARRIVALS + (workload_args or DEFAULT_LENGTHS) if capacity_rps else None,
             "workload_args": workload_args, "schedulers": schedulers, "seed": 1,
             "max_drift": opts.max_drift, "max_floor": opts.max_floor, "attempts": opts.attempts,
             "spread": opts.spread, "host_drift": opts.host_drift,
