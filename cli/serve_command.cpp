@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <functional>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -25,6 +26,7 @@
 #include "engine/server/serving_metrics.h"
 #include "engine/text/tokenizer.h"
 #include "sim/errors.h"
+#include "validate/iteration_log.h"
 
 namespace servesim::cli {
 
@@ -44,7 +46,11 @@ po::options_description server_options() {
        "requests waiting to be scheduled at most; beyond it 503 with Retry-After")
       ("max-body-bytes", po::value<int64_t>()->default_value(1 << 20), "largest request body (413 beyond)")
       ("shutdown-grace", po::value<double>()->default_value(30.0, "30"),
-       "on SIGTERM/SIGINT: seconds to finish requests in flight before aborting them");
+       "on SIGTERM/SIGINT: seconds to finish requests in flight before aborting them")
+      ("iteration-log", po::value<std::string>(),
+       "write every iteration the engine executes (its sequences' query and cached tokens, the measured seconds) "
+       "to this file, one JSON line each, flushed per line; `servesim validate --measured RUN --iteration-log "
+       "FILE` then costs each with a prediction's cost model (docs/validation.md)");
   return o;
 }
 
@@ -100,6 +106,12 @@ int serve_command(int argc, const char* const* argv) {
   engine_options.max_waiting = vm["max-waiting"].as<int64_t>();
   if (engine_options.max_waiting < 1)
     throw InputError(fmt::format("--max-waiting must be >= 1 (got {})", engine_options.max_waiting));
+  std::unique_ptr<IterationLogWriter> iteration_log;
+  if (vm.count("iteration-log")) {
+    iteration_log = std::make_unique<IterationLogWriter>(vm["iteration-log"].as<std::string>());
+    engine_options.on_iteration = [log = iteration_log.get()](const IterationPlan& plan, const IterationResult& result,
+                                                              double start_s) { log->write(plan, result, start_s); };
+  }
   const double grace = vm["shutdown-grace"].as<double>();
   if (!(grace >= 0)) throw InputError(fmt::format("--shutdown-grace must be >= 0 (got {})", grace));
   const std::string model_name =

@@ -45,7 +45,10 @@ int validate_measured_command(int argc, const char* const* argv) {
   general.add_options()("help,h", "show this help")
       ("measured", po::value<std::string>(),
        "required: a run folder (requests.csv, + summary.json for ITL; or vllm_result.json) or a vLLM "
-       "bench serve result JSON (input_lens, output_lens, ttfts, itls, start_times where saved)");
+       "bench serve result JSON (input_lens, output_lens, ttfts, itls, start_times where saved)")
+      ("iteration-log", po::value<std::string>(),
+       "the measured server's iteration log (`servesim serve --iteration-log FILE`): also cost each iteration it "
+       "executed and report the per-iteration errors by kind and shape, as validate does for a run");
   po::options_description output("Output", kHelpWidth);
   output.add_options()
       ("out", po::value<std::string>(),
@@ -80,6 +83,9 @@ int validate_measured_command(int argc, const char* const* argv) {
 
   MeasuredPrediction p;
   p.measured = read_measured_run(vm["measured"].as<std::string>(), {setup.workload.seed});
+  if (vm.count("iteration-log"))
+    p.server_iterations = check_iteration_log(read_iteration_log(vm["iteration-log"].as<std::string>()), flags.costs,
+                                              setup.scheduler.block_size);
   LoopOptions loop;
   loop.progress = progress_printer("validate --measured", quiet);
   p.predicted = predict_measured_run(setup, flags.costs, p.measured, loop);
@@ -103,7 +109,8 @@ int validate_measured_command(int argc, const char* const* argv) {
       p, fmt::format("servesim validate --measured: {} on {}, {} scheduler, {} requests", setup.model.name,
                      flags.profile ? "a profile" : setup.hardware.name, to_string(p.predicted.scheduler.policy),
                      p.measured.requests.size()));
-  std::cout << "  outputs    " << out_dir << "/{report.json,requests.csv,predicted/}\n";
+  std::cout << "  outputs    " << out_dir << "/{report.json,requests.csv,predicted/"
+            << (p.server_iterations ? ",iterations.csv,iteration_breakdown.csv}\n" : "}\n");
   return 0;
 }
 

@@ -75,6 +75,8 @@ nlohmann::json measured_report_json(const MeasuredPrediction& p) {
                         {"iterations", s.iterations},
                         {"preemptions", s.preemptions},
                         {"mean_batch_sequences", s.mean_batch_sequences}};
+  j["server_iterations"] =
+      p.server_iterations ? logged_iteration_check_json(*p.server_iterations) : nlohmann::json(nullptr);
   j["cost_model"] = p.cost_model;
   j["definitions"] = {
       {"rel_error", "predicted / measured - 1 (positive: the prediction is too slow)"},
@@ -86,7 +88,12 @@ nlohmann::json measured_report_json(const MeasuredPrediction& p) {
        "measured.arrivals.assumed, the arrivals measured.arrivals.note gives) with the prediction flags"},
       {"itl_s", "every gap between streamed chunks (vLLM's itls) or emissions; a servesim folder's from its "
                 "summary.json; null when the measured run keeps none"},
-      {"tpot_s", "per request with >= 2 output tokens: (last token - first token) / (tokens - 1)"}};
+      {"tpot_s", "per request with >= 2 output tokens: (last token - first token) / (tokens - 1)"},
+      {"server_iterations",
+       "each iteration of the server's --iteration-log costed by the prediction's cost model; the errors are "
+       "predicted / measured - 1 as in validate's iteration_mape, the floor the log's own noise; tpot_s: the "
+       "logged requests' TPOT on the server's steps (measured) and with each step at its predicted cost, the "
+       "gaps between steps kept (predicted): the cost model's error without the schedule's"}};
   j["percentiles"] = "linear interpolation between closest ranks (numpy default, Hyndman-Fan type 7)";
   j["config"] = p.config;
   return j;
@@ -112,6 +119,10 @@ void write_measured_outputs(const std::string& dir, const MeasuredPrediction& p,
   }
   write_text((d / "requests.csv").string(), t);
   write_run_outputs((d / "predicted").string(), p.predicted.records, predicted_summary);
+  if (p.server_iterations) {
+    write_text((d / "iterations.csv").string(), logged_iterations_csv(*p.server_iterations));
+    write_text((d / "iteration_breakdown.csv").string(), shape_breakdown_csv(p.server_iterations->shapes));
+  }
 }
 
 std::string format_measured_table(const MeasuredPrediction& p, const std::string& title) {
@@ -139,6 +150,7 @@ std::string format_measured_table(const MeasuredPrediction& p, const std::string
   block("TPOT", m.tpot(), s.tpot_s);
   if (has_itl(m)) block("ITL", m.itl(), s.itl_s);
   block("E2E", m.e2e(), s.e2e_s);
+  if (p.server_iterations) t += format_logged_iteration_check(*p.server_iterations);
   return t;
 }
 

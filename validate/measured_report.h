@@ -6,11 +6,13 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "engine/simulation.h"
+#include "validate/iteration_log.h"
 #include "validate/measured_run.h"
 
 namespace servesim {
@@ -20,6 +22,8 @@ struct MeasuredPrediction {
   SimulationOutput predicted;  // request i is measured.requests[i]
   nlohmann::json config;       // setup_to_json of the prediction
   nlohmann::json cost_model;   // CostModels::describe()
+  // With the server's iteration log: each logged iteration beside its cost.
+  std::optional<LoggedIterationCheck> server_iterations;
 };
 
 // Simulates `run`'s requests (measured_workload) with `setup` and `costs`
@@ -31,11 +35,14 @@ SimulationOutput predict_measured_run(const SimulationSetup& setup, const CostMo
 // submitted, completed, duration_s, ...}, ttft_s / tpot_s / itl_s / e2e_s
 // {measured, predicted {count, mean, p50, p90, p99}, rel_error {mean, p50,
 // p90, p99}} (itl_s null when the measured file keeps no ITL), predicted_run,
-// cost_model, definitions, percentiles, config.
+// server_iterations (null without an iteration log), cost_model,
+// definitions, percentiles, config.
 nlohmann::json measured_report_json(const MeasuredPrediction& p);
 
 // Writes report.json, requests.csv (each measured request beside its
-// prediction) and predicted/ (summary.json, requests.csv, iterations.csv).
+// prediction) and predicted/ (summary.json, requests.csv, iterations.csv);
+// with an iteration log also iterations.csv (each logged iteration, measured
+// and predicted) and iteration_breakdown.csv.
 void write_measured_outputs(const std::string& dir, const MeasuredPrediction& p, const nlohmann::json& predicted_summary);
 
 // The stdout table.

@@ -22,9 +22,8 @@ IterationKind iteration_kind(int32_t prefill_sequences, int32_t decode_sequences
   return IterationKind::Mixed;
 }
 
-void IterationRecorder::after_iteration(const IterationPlan& plan, const IterationResult& result,
-                                        const IterationRecord&) {
-  RecordedIteration& it = out_.emplace_back();
+RecordedIteration record_iteration(const IterationPlan& plan, const IterationResult& result) {
+  RecordedIteration it;
   it.sequences.reserve(plan.sequences.size());
   for (size_t k = 0; k < plan.sequences.size(); ++k) {
     const ScheduledSequence& s = plan.sequences[k];
@@ -43,6 +42,12 @@ void IterationRecorder::after_iteration(const IterationPlan& plan, const Iterati
   it.decode_tokens = plan.num_decode_tokens;
   it.prefill_sequences = plan.num_prefill_sequences;
   it.decode_sequences = plan.num_decode_sequences;
+  return it;
+}
+
+void IterationRecorder::after_iteration(const IterationPlan& plan, const IterationResult& result,
+                                        const IterationRecord&) {
+  out_.push_back(record_iteration(plan, result));
 }
 
 void rebuild_plan(const RecordedIteration& iteration, int64_t index, int32_t block_size, IterationPlan& plan,

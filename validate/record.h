@@ -38,8 +38,11 @@ struct RecordedIteration {
   IterationKind kind() const { return iteration_kind(prefill_sequences, decode_sequences); }
 };
 
-// Appends every iteration of the run it observes to `out`: a copy of the
-// plan's sequences and what the executor reported, nothing else.
+// A copy of an executed plan's sequences and what the executor reported for
+// them, nothing else.
+RecordedIteration record_iteration(const IterationPlan& plan, const IterationResult& result);
+
+// Appends every iteration of the run it observes to `out` (record_iteration).
 class IterationRecorder final : public LoopObserver {
  public:
   explicit IterationRecorder(std::vector<RecordedIteration>& out) : out_(out) {}

@@ -211,12 +211,14 @@ void OnlineEngine::take_inbox() {
 }
 
 void OnlineEngine::step() {
-  Listener scheduled(*this, clock_.now());
+  const double start_s = clock_.now();
+  Listener scheduled(*this, start_s);
   plan_.index++;
   scheduler_.schedule(plan_, scheduled);
   result_.reset();
   executor_.execute(plan_, result_);
   clock_.advance(result_.duration_s);
+  if (options_.on_iteration) options_.on_iteration(plan_, result_, start_s);
   if (const SpeculativeStats* stats = executor_.speculative_stats()) metrics_.update_speculative(*stats);
   Listener completed(*this, clock_.now());
   finished_ids_.clear();

@@ -9,9 +9,11 @@ the transport only).
 1. `servesim calibrate --threads 1` (full) writes the profile (or --profile).
 2. The loads: fractions of the capacity the profile's simulation serves
    (as experiments/validation_cpu/run.py: light 0.1, near-saturation 0.5).
-3. For each load: a fresh `servesim serve` (one decoder thread, chunked),
-   `servesim bench` (completions, token-id prompts, --ignore-eos), a scrape
-   of /metrics, `servesim validate --measured` on the bench folder.
+3. For each load: a fresh `servesim serve` (one decoder thread, chunked,
+   --iteration-log), `servesim bench` (completions, token-id prompts,
+   --ignore-eos), a scrape of /metrics, `servesim validate --measured` on
+   the bench folder with the server's iteration log (each step it ran,
+   costed by the profile: is a miss the steps' cost or their schedule?).
 4. summary.csv and summary.json: per load, measured and predicted P50/P90
    TTFT and TPOT and their errors; client vs server TTFT.
 Run it on an idle machine (the project's 2-core VMs: see
@@ -47,8 +49,8 @@ def sh(cmd):
     return done.stdout
 
 
-def start_server(servesim, log_path):
-    cmd = [servesim, "serve", *ENGINE, "--port", "0"]
+def start_server(servesim, log_path, iteration_log):
+    cmd = [servesim, "serve", *ENGINE, "--port", "0", "--iteration-log", iteration_log]
     print("$ " + " ".join(cmd), file=sys.stderr, flush=True)
     log = open(log_path, "w")
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=log, text=True)
@@ -83,7 +85,8 @@ def scrape_file(path):
 
 def serve_and_bench(a, folder, rate, n):
     """A fresh server, the bench run against it, its /metrics at the end."""
-    proc, port, log = start_server(a.servesim, os.path.join(folder, "serve.log"))
+    proc, port, log = start_server(a.servesim, os.path.join(folder, "serve.log"),
+                                   os.path.join(folder, "iterations.jsonl"))
     try:
         sh([a.servesim, "bench", "--base-url", f"http://127.0.0.1:{port}", "--rate", str(rate),
             "--num-requests", str(n), *LENGTHS, "--seed", "2", "--ignore-eos", "--vocab-size", "32000",
@@ -112,6 +115,8 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "experiments/results/serve_bench"))
     ap.add_argument("--profile", help="a profile of this machine (default: calibrate one)")
     ap.add_argument("--rerun", action="store_true", help="serve and bench again where a load's folder has a run")
+    ap.add_argument("--loads", default=",".join(name for name, _, _ in LOADS),
+                    help="which loads to run, comma-separated (default: all)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     profile = a.profile or os.path.join(a.out, "profile.json")
@@ -122,7 +127,11 @@ def main():
     cap = json.loads(sh([a.servesim, "simulate", "--profile", profile, "--json", "--quiet", "--scheduler", "chunked"]
                         + CAPACITY_WORKLOAD))["throughput"]["requests_per_s"]
     rows = []
-    for name, fraction, n in LOADS:
+    wanted = a.loads.split(",")
+    unknown = set(wanted) - {name for name, _, _ in LOADS}
+    if unknown:
+        sys.exit(f"--loads: unknown {sorted(unknown)}; expected some of {[name for name, _, _ in LOADS]}")
+    for name, fraction, n in (load for load in LOADS if load[0] in wanted):
         rate = float(f"{fraction * cap:.2g}")
         folder = os.path.join(a.out, name)
         os.makedirs(folder, exist_ok=True)
@@ -130,8 +139,9 @@ def main():
             text, samples = scrape_file(os.path.join(folder, "metrics.txt"))
         else:
             text, samples = serve_and_bench(a, folder, rate, n)
+        logged = os.path.join(folder, "iterations.jsonl")
         sh([a.servesim, "validate", "--measured", os.path.join(folder, "bench"), "--profile", profile, *PREDICTION,
-            "--out", os.path.join(folder, "validate")])
+            *(["--iteration-log", logged] if os.path.exists(logged) else []), "--out", os.path.join(folder, "validate")])
         with open(os.path.join(folder, "bench", "summary.json")) as f:
             bench = json.load(f)
         with open(os.path.join(folder, "validate", "report.json")) as f:
@@ -147,6 +157,14 @@ def main():
                 row[f"{metric_name}_{p}_measured_ms"] = meas * 1e3
                 row[f"{metric_name}_{p}_predicted_ms"] = pr * 1e3
                 row[f"{metric_name}_{p}_error"] = rel(pr, meas)
+        server = report.get("server_iterations")
+        if server:  # the server's own steps, each costed by the profile
+            mape = server["iteration_mape"]
+            row["iterations"] = server["iterations"]
+            for kind in ("all", "decode", "prefill", "mixed"):
+                row[f"iteration_mape_{kind}"] = mape[kind]
+                row[f"iteration_bias_{kind}"] = mape["bias"][kind]
+            row["iteration_floor"] = mape["floor"]
         row["report"] = os.path.relpath(os.path.join(folder, "validate", "report.json"), a.out)
         rows.append(row)
         print(json.dumps(row), file=sys.stderr)

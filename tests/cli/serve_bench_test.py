@@ -13,7 +13,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cli_test import check, run_case_from_argv  # noqa: E402
+from cli_test import check, expect_input_error, run_case_from_argv  # noqa: E402
 from serve_support import Server, metric  # noqa: E402
 
 CASES = {}
@@ -91,6 +91,64 @@ def serve_bench_chat_closed_loop(ctx):
         check(result["completed"] == 12 and len(result["ttfts"]) == 12, "vllm_result.json")
         check(all(n == 5 for n in result["output_lens"]), f"output lens {result['output_lens']}")
         s.wait_idle()
+
+
+@case
+def serve_iteration_log_feeds_validate(ctx):
+    """serve --iteration-log writes every step it ran; the log accounts for every prompt token and every
+    output token bench asked for, and validate --measured --iteration-log costs each logged step."""
+    log = ctx.path("iterations.jsonl")
+    with Server(ctx, "--iteration-log", log) as s:
+        out = ctx.path("bench")
+        bench(ctx, s, out, "--rate", "20", "--num-requests", "12", "--prompt-len", "uniform:8:64",
+              "--output-len", "uniform:2:12", "--seed", "5")
+        s.wait_idle()
+        check(s.terminate() == 0, "serve did not exit 0 on SIGTERM")
+    rows = list(csv.DictReader(open(os.path.join(out, "requests.csv"))))
+    check(len(rows) == 12 and all(r["status"] == "completed" for r in rows), f"bench rows {rows}")
+    lines = [json.loads(line) for line in open(log)]
+    check(len(lines) > 0 and [x["index"] for x in lines] == list(range(len(lines))), "log indices 0, 1, ...")
+    prompt = {}
+    emitted = 0
+    for x in lines:
+        check(x["measured_s"] > 0, f"iteration {x['index']} measured {x['measured_s']}")
+        for rid, query, cached, prefill, samples, n in x["sequences"]:
+            if prefill:
+                check(cached == prompt.get(rid, 0), f"request {rid}: chunk at {cached} after {prompt.get(rid, 0)}")
+                prompt[rid] = prompt.get(rid, 0) + query
+            if samples:
+                emitted += 1 if n == -1 else n  # -1: the executor left it to mean one token
+    check(len(prompt) == 12, f"{len(prompt)} requests prefilled in the log")
+    check(sorted(prompt.values()) == sorted(int(r["prompt_tokens"]) for r in rows), "prompt tokens differ")
+    asked = sum(int(r["output_tokens"]) for r in rows)
+    check(emitted == asked, f"the log emitted {emitted} tokens, bench asked for {asked}")
+    check(all(lines[i]["start_s"] <= lines[i + 1]["start_s"] for i in range(len(lines) - 1)), "starts in order")
+
+    v = ctx.path("validate")
+    p = ctx.ok("validate", "--measured", out, "--iteration-log", log, "--model", MODEL, "--scheduler", "chunked",
+               "--out", v, "-q")
+    check("server iterations" in p.stdout, f"no iteration table on stdout: {p.stdout[-800:]}")
+    report = json.load(open(os.path.join(v, "report.json")))
+    server = report["server_iterations"]
+    check(server["iterations"] == len(lines), f"report counts {server['iterations']} of {len(lines)} iterations")
+    counts = server["iteration_mape"]["counts"]
+    check(counts["all"] == len(lines) == counts["decode"] + counts["prefill"] + counts["mixed"], f"counts {counts}")
+    check(server["iteration_mape"]["all"] is not None and server["iteration_mape"]["all"] >= 0, "MAPE")
+    logged = list(csv.DictReader(open(os.path.join(v, "iterations.csv"))))
+    check(len(logged) == len(lines), f"{len(logged)} rows in iterations.csv")
+    check(all(float(r["measured_s"]) == x["measured_s"] and float(r["predicted_s"]) > 0
+              for r, x in zip(logged, lines)), "iterations.csv: measured as logged, a prediction each")
+    check(os.path.exists(os.path.join(v, "iteration_breakdown.csv")), "iteration_breakdown.csv")
+
+    # Bad input: a log that cannot be opened or read, and a server that cannot write its log.
+    expect_input_error(ctx, ["validate", "--measured", out, "--iteration-log", ctx.path("missing.jsonl"),
+                             "--model", MODEL, "--out", ctx.path("v2"), "-q"], ["missing.jsonl", "cannot open"])
+    with open(ctx.path("bad.jsonl"), "w") as f:
+        f.write(open(log).readline() + '{"start_s": 1}\n')
+    expect_input_error(ctx, ["validate", "--measured", out, "--iteration-log", ctx.path("bad.jsonl"),
+                             "--model", MODEL, "--out", ctx.path("v3"), "-q"], ["bad.jsonl line 2", "measured_s"])
+    expect_input_error(ctx, ["serve", "--model", MODEL, "--port", "0", "--iteration-log",
+                             ctx.path("no", "such", "dir", "log.jsonl")], ["--iteration-log", "cannot open"])
 
 
 if __name__ == "__main__":

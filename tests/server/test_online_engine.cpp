@@ -80,7 +80,9 @@ struct Harness {
       executor = std::make_unique<DecoderExecutor>(std::move(model), DecoderExecutorOptions{});
     }
     scheduler = std::make_unique<Scheduler>(config);
-    engine = std::make_unique<OnlineEngine>(*scheduler, *executor, metrics, OnlineEngineOptions{max_waiting});
+    OnlineEngineOptions options;
+    options.max_waiting = max_waiting;
+    engine = std::make_unique<OnlineEngine>(*scheduler, *executor, metrics, options);
   }
   void start() {
     thread = std::thread([this] { engine->run(); });

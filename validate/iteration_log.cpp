@@ -1,0 +1,244 @@
+#include "validate/iteration_log.h"
+
+#include <algorithm>
+#include <cmath>
+#include <unordered_map>
+#include <iterator>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "sim/cost/cost_jitter.h"
+#include "sim/cost/speculative_cost.h"
+#include "sim/errors.h"
+#include "validate/report.h"
+
+namespace servesim {
+namespace {
+
+nlohmann::json number(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
+std::string pct(double e) { return std::isfinite(e) ? fmt::format("{:+.1f}%", e * 100) : std::string("-"); }
+std::string abs_pct(double e) { return std::isfinite(e) ? fmt::format("{:.1f}%", e * 100) : std::string("-"); }
+
+// One sequence of a line: [request_id, query_tokens, cached_tokens, prefill,
+// samples, emitted].
+RecordedSequence parse_sequence(const nlohmann::json& j, const std::string& where) {
+  if (!j.is_array() || j.size() != 6)
+    throw InputError(fmt::format("{}: each of \"sequences\" must be [request_id, query_tokens, cached_tokens, "
+                                 "prefill, samples, emitted]",
+                                 where));
+  for (const nlohmann::json& v : j)
+    if (!v.is_number_integer())
+      throw InputError(fmt::format("{}: a sequence's fields must be integers (got {})", where, j.dump()));
+  RecordedSequence s;
+  s.request_id = j[0].get<int64_t>();
+  const int64_t query = j[1].get<int64_t>(), cached = j[2].get<int64_t>();
+  const int64_t prefill = j[3].get<int64_t>(), samples = j[4].get<int64_t>(), emitted = j[5].get<int64_t>();
+  if (query < 1 || query > INT32_MAX) throw InputError(fmt::format("{}: query_tokens must be >= 1 (got {})", where, query));
+  if (cached < 0 || cached > INT32_MAX)
+    throw InputError(fmt::format("{}: cached_tokens must be >= 0 (got {})", where, cached));
+  if ((prefill != 0 && prefill != 1) || (samples != 0 && samples != 1))
+    throw InputError(fmt::format("{}: prefill and samples must be 0 or 1 (got {})", where, j.dump()));
+  if (emitted < -1 || emitted > query)
+    throw InputError(fmt::format("{}: emitted must be -1 .. query_tokens (got {})", where, emitted));
+  s.num_query_tokens = int32_t(query);
+  s.num_cached_tokens = int32_t(cached);
+  s.is_prefill = prefill == 1;
+  s.samples = samples == 1;
+  s.emitted_tokens = int32_t(emitted);
+  return s;
+}
+
+double finite_number(const nlohmann::json& line, const char* field, const std::string& where) {
+  if (!line.contains(field) || !line[field].is_number())
+    throw InputError(fmt::format("{}: \"{}\" must be a number", where, field));
+  const double v = line[field].get<double>();
+  if (!std::isfinite(v) || v < 0) throw InputError(fmt::format("{}: \"{}\" must be finite and >= 0 (got {})", where, field, v));
+  return v;
+}
+
+// Tokens a logged sequence emitted in its step (-1: one where it samples).
+int32_t emitted_by(const RecordedSequence& s) { return s.emitted_tokens >= 0 ? s.emitted_tokens : s.samples ? 1 : 0; }
+
+// See LoggedIterationCheck::tpot_measured_s.
+void logged_tpot(LoggedIterationCheck& c) {
+  const size_t n = c.iterations.size();
+  std::vector<double> measured_end(n), replayed_end(n);
+  double replayed_clock = 0;
+  for (size_t k = 0; k < n; ++k) {
+    const double gap = k == 0 ? c.starts_s[0] : std::max(0.0, c.starts_s[k] - measured_end[k - 1]);
+    measured_end[k] = c.starts_s[k] + c.iterations[k].measured_s;
+    replayed_clock += gap + c.predicted_s[k];
+    replayed_end[k] = replayed_clock;
+  }
+  struct Emissions {
+    size_t first = 0, last = 0;
+    int64_t tokens = 0;
+  };
+  std::unordered_map<int64_t, Emissions> by_request;
+  for (size_t k = 0; k < n; ++k)
+    for (const RecordedSequence& s : c.iterations[k].sequences) {
+      const int32_t emitted = emitted_by(s);
+      if (emitted <= 0) continue;
+      auto [it, fresh] = by_request.try_emplace(s.request_id);
+      if (fresh) it->second.first = k;
+      it->second.last = k;
+      it->second.tokens += emitted;
+    }
+  std::vector<double> measured, replayed;
+  for (const auto& [id, e] : by_request) {
+    if (e.tokens < 2) continue;
+    measured.push_back((measured_end[e.last] - measured_end[e.first]) / double(e.tokens - 1));
+    replayed.push_back((replayed_end[e.last] - replayed_end[e.first]) / double(e.tokens - 1));
+  }
+  c.tpot_measured_s = summarize(measured);
+  c.tpot_replayed_s = summarize(replayed);
+}
+
+}  // namespace
+
+IterationLogWriter::IterationLogWriter(const std::string& path) : path_(path), file_(path, std::ios::trunc) {
+  if (!file_) throw InputError(fmt::format("--iteration-log {}: cannot open for writing", path));
+}
+
+void IterationLogWriter::write(const IterationPlan& plan, const IterationResult& result, double start_s) {
+  if (plan.sequences.empty()) return;  // nothing ran (nothing could be scheduled)
+  file_ << iteration_log_line(lines_, start_s, record_iteration(plan, result)) << '\n';
+  file_.flush();
+  ++lines_;
+}
+
+std::string iteration_log_line(int64_t index, double start_s, const RecordedIteration& iteration) {
+  std::string line = fmt::format("{{\"index\":{},\"start_s\":{},\"measured_s\":{},\"sequences\":[", index, start_s,
+                                 iteration.measured_s);
+  for (size_t k = 0; k < iteration.sequences.size(); ++k) {
+    const RecordedSequence& s = iteration.sequences[k];
+    line += fmt::format("{}[{},{},{},{},{},{}]", k ? "," : "", s.request_id, s.num_query_tokens, s.num_cached_tokens,
+                        int(s.is_prefill), int(s.samples), s.emitted_tokens);
+  }
+  return line + "]}";
+}
+
+IterationLogRead read_iteration_log(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw InputError(fmt::format("--iteration-log {}: cannot open", path));
+  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  IterationLogRead out;
+  out.log.source = path;
+  size_t begin = 0;
+  for (int64_t number_of_line = 1; begin < text.size(); ++number_of_line) {
+    const size_t end = text.find('\n', begin);
+    // The writer ends every line with a newline: a last line without one
+    // was cut off by a server stopped mid-write.
+    const bool unfinished = end == std::string::npos;
+    const std::string_view line_text(text.data() + begin, (unfinished ? text.size() : end) - begin);
+    begin = unfinished ? text.size() : end + 1;
+    const std::string where = fmt::format("--iteration-log {} line {}", path, number_of_line);
+    nlohmann::json line;
+    try {
+      line = nlohmann::json::parse(line_text);
+    } catch (const nlohmann::json::parse_error&) {
+      if (unfinished) {
+        out.truncated_last_line = true;
+        break;
+      }
+      throw InputError(where + ": not a JSON object (each line is one iteration)");
+    }
+    if (!line.is_object()) throw InputError(where + ": not a JSON object (each line is one iteration)");
+    RecordedIteration it;
+    const double start_s = finite_number(line, "start_s", where);
+    it.measured_s = finite_number(line, "measured_s", where);
+    if (!line.contains("sequences") || !line["sequences"].is_array() || line["sequences"].empty())
+      throw InputError(where + ": \"sequences\" must be a non-empty array");
+    for (const nlohmann::json& s : line["sequences"]) {
+      it.sequences.push_back(parse_sequence(s, where));
+      const RecordedSequence& r = it.sequences.back();
+      (r.is_prefill ? it.prefill_tokens : it.decode_tokens) += r.num_query_tokens;
+      ++(r.is_prefill ? it.prefill_sequences : it.decode_sequences);
+    }
+    out.log.iterations.push_back(std::move(it));
+    out.log.starts_s.push_back(start_s);
+  }
+  if (out.log.iterations.empty()) throw InputError(fmt::format("--iteration-log {}: no iterations", path));
+  return out;
+}
+
+LoggedIterationCheck check_iteration_log(IterationLogRead read, const CostModels& costs, int32_t block_size) {
+  LoggedIterationCheck c;
+  c.source = read.log.source;
+  c.truncated_last_line = read.truncated_last_line;
+  c.iterations = std::move(read.log.iterations);
+  c.starts_s = std::move(read.log.starts_s);
+  // A speculative server's decodes verify drafts: costed with its draft
+  // passes and the drafts each accepted, as validate's replay costs them.
+  c.predicted_s = costs.draft ? cost_recorded(c.iterations, SpeculativeCost(*costs.target, *costs.draft), block_size)
+                              : cost_recorded(c.iterations, *costs.target, block_size);
+  std::vector<double> measured_s;
+  std::vector<IterationKind> kinds;
+  for (const RecordedIteration& it : c.iterations) {
+    measured_s.push_back(it.measured_s);
+    kinds.push_back(it.kind());
+  }
+  c.errors = iteration_errors(measured_s, c.predicted_s, kinds);
+  c.shapes = shape_breakdown(c.iterations, c.predicted_s);
+  c.noise_floor = noise_floor(noise_around_rolling_level(measured_s, c.predicted_s));
+  logged_tpot(c);
+  return c;
+}
+
+nlohmann::json logged_iteration_check_json(const LoggedIterationCheck& c) {
+  const IterationErrors& e = c.errors;
+  return {{"source", c.source},
+          {"iterations", int64_t(c.iterations.size())},
+          {"truncated_last_line", c.truncated_last_line},
+          {"iteration_mape",
+           {{"all", number(e.all.mape)},
+            {"decode", number(e.decode.mape)},
+            {"prefill", number(e.prefill.mape)},
+            {"mixed", number(e.mixed.mape)},
+            {"counts", {{"all", e.all.count}, {"decode", e.decode.count}, {"prefill", e.prefill.count}, {"mixed", e.mixed.count}}},
+            {"bias",
+             {{"all", number(e.all.bias)}, {"decode", number(e.decode.bias)}, {"prefill", number(e.prefill.bias)},
+              {"mixed", number(e.mixed.bias)}}},
+            {"floor", number(c.noise_floor)}}},
+          {"iteration_breakdown", shape_breakdown_json(c.shapes)},
+          {"tpot_s", distribution_comparison_json(c.tpot_measured_s, c.tpot_replayed_s)}};
+}
+
+std::string logged_iterations_csv(const LoggedIterationCheck& c) {
+  std::string t =
+      "index,kind,start_s,prefill_tokens,decode_tokens,prefill_sequences,decode_sequences,mean_context,measured_s,"
+      "predicted_s\n";
+  for (size_t k = 0; k < c.iterations.size(); ++k) {
+    const RecordedIteration& it = c.iterations[k];
+    t += fmt::format("{},{},{},{},{},{},{},{},{},{}\n", k, to_string(it.kind()), c.starts_s[k], it.prefill_tokens,
+                     it.decode_tokens, it.prefill_sequences, it.decode_sequences, mean_context(it), it.measured_s,
+                     c.predicted_s[k]);
+  }
+  return t;
+}
+
+std::string format_logged_iteration_check(const LoggedIterationCheck& c) {
+  std::string t = fmt::format("  server iterations ({}, {} logged): predicted cost of each, MAPE (bias)\n", c.source,
+                              c.iterations.size());
+  auto klass = [&](const char* name, const ClassError& e) {
+    t += fmt::format("    {:<8} {:>7} ({:>7})  {:>6} iterations\n", name, abs_pct(e.mape), pct(e.bias), e.count);
+  };
+  klass("all", c.errors.all);
+  klass("decode", c.errors.decode);
+  klass("prefill", c.errors.prefill);
+  klass("mixed", c.errors.mixed);
+  t += fmt::format("    {:<8} {:>7}            the run's own noise: MAPE with its level known at every moment\n",
+                   "floor", abs_pct(c.noise_floor));
+  const Distribution& m = c.tpot_measured_s;
+  const Distribution& r = c.tpot_replayed_s;
+  t += fmt::format(
+      "    TPOT of its {} requests, the server's steps each at its predicted cost (ms): P50 {:.2f} -> {:.2f} "
+      "({}), P90 {:.2f} -> {:.2f} ({})\n",
+      m.count, m.p50 * 1e3, r.p50 * 1e3, pct(rel_error(r.p50, m.p50)), m.p90 * 1e3, r.p90 * 1e3,
+      pct(rel_error(r.p90, m.p90)));
+  if (c.truncated_last_line) t += "  note: the log's last line was cut off (the server stopped mid-write): dropped\n";
+  return t + format_shape_breakdown(c.shapes);
+}
+
+}  // namespace servesim

@@ -1,0 +1,99 @@
+// A server's iteration log: `servesim serve --iteration-log FILE` writes
+// every iteration it executes (its sequences' query and cached tokens, the
+// measured seconds) as one JSON line, and `servesim validate --measured RUN
+// --iteration-log FILE` costs each logged plan with the prediction's cost
+// model. The per-request errors of --measured say that a prediction is off;
+// the iterations say whether the cost of a step or the steps themselves
+// (what the scheduler ran, and when) are what differ.
+//
+// One line per iteration:
+//   {"index":N,"start_s":T,"measured_s":D,"sequences":[[request_id,
+//    query_tokens,cached_tokens,prefill,samples,emitted],...]}
+// prefill and samples are 0 or 1; emitted is the tokens the step emitted
+// for the sequence (-1: not reported). start_s is on the server's clock.
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "sim/cost/cost_models.h"
+#include "sim/iteration_plan.h"
+#include "sim/stats.h"
+#include "validate/iteration_errors.h"
+#include "validate/record.h"
+#include "validate/shape_breakdown.h"
+
+namespace servesim {
+
+// Appends one line per iteration to a file, flushed at each line, so the log
+// of a server that is still running, or was killed, can be read up to its
+// last step.
+class IterationLogWriter {
+ public:
+  // Throws InputError when `path` cannot be opened for writing.
+  explicit IterationLogWriter(const std::string& path);
+  void write(const IterationPlan& plan, const IterationResult& result, double start_s);
+  int64_t lines() const { return lines_; }
+
+ private:
+  std::string path_;
+  std::ofstream file_;
+  int64_t lines_ = 0;
+};
+
+// The line for one iteration (without its newline).
+std::string iteration_log_line(int64_t index, double start_s, const RecordedIteration& iteration);
+
+struct IterationLog {
+  std::string source;
+  std::vector<RecordedIteration> iterations;
+  std::vector<double> starts_s;  // one per iteration, server clock
+};
+// Throws InputError naming the file, the line and what is wrong: a line
+// that is not JSON, a missing or mistyped field, negative counts, an
+// iteration without sequences. A last line cut off mid-write (a server
+// killed while writing it) is the one exception: it is dropped and counted
+// in `truncated_last_line`.
+struct IterationLogRead {
+  IterationLog log;
+  bool truncated_last_line = false;
+};
+IterationLogRead read_iteration_log(const std::string& path);
+
+// Every logged iteration beside its predicted cost.
+struct LoggedIterationCheck {
+  std::string source;
+  bool truncated_last_line = false;
+  std::vector<RecordedIteration> iterations;
+  std::vector<double> starts_s, predicted_s;
+  IterationErrors errors;
+  ShapeBreakdown shapes;
+  double noise_floor = 0;  // iteration_errors.h
+  // TPOT of each logged request that emitted >= 2 tokens: measured on the
+  // server's clock (end of the step that emitted its first token to the end
+  // of the one that emitted its last), and replayed: the same steps, each
+  // lasting its predicted cost, the gaps between steps kept. The per-request
+  // errors of --measured compare two schedules; this compares costs only.
+  Distribution tpot_measured_s, tpot_replayed_s;
+};
+// Costs every logged plan with `costs`' target, or with its draft passes and
+// verification where `costs` has a draft (the drafts each step accepted are
+// the log's).
+LoggedIterationCheck check_iteration_log(IterationLogRead read, const CostModels& costs, int32_t block_size);
+
+// report.json's server_iterations: {source, iterations, truncated_last_line,
+// iteration_mape {all, decode, prefill, mixed, counts, bias, floor},
+// iteration_breakdown, tpot_s {measured, predicted, rel_error}} (tpot_s's
+// predicted is the replayed TPOT).
+nlohmann::json logged_iteration_check_json(const LoggedIterationCheck& c);
+// iterations.csv: index,kind,start_s,prefill_tokens,decode_tokens,
+// prefill_sequences,decode_sequences,mean_context,measured_s,predicted_s
+std::string logged_iterations_csv(const LoggedIterationCheck& c);
+// The stdout lines: MAPE (bias) by kind, the floor, the shape table.
+std::string format_logged_iteration_check(const LoggedIterationCheck& c);
+
+}  // namespace servesim
