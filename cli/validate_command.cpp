@@ -110,7 +110,7 @@ int validate_measured_command(int argc, const char* const* argv) {
                      flags.profile ? "a profile" : setup.hardware.name, to_string(p.predicted.scheduler.policy),
                      p.measured.requests.size()));
   std::cout << "  outputs    " << out_dir << "/{report.json,requests.csv,predicted/"
-            << (p.server_iterations ? ",iterations.csv,iteration_breakdown.csv}\n" : "}\n");
+            << (p.server_iterations ? ",iterations.csv,iteration_breakdown.csv,server_requests.csv}\n" : "}\n");
   return 0;
 }
 

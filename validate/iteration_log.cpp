@@ -88,9 +88,16 @@ void logged_tpot(LoggedIterationCheck& c) {
   std::vector<double> measured, replayed;
   for (const auto& [id, e] : by_request) {
     if (e.tokens < 2) continue;
-    measured.push_back((measured_end[e.last] - measured_end[e.first]) / double(e.tokens - 1));
-    replayed.push_back((replayed_end[e.last] - replayed_end[e.first]) / double(e.tokens - 1));
+    LoggedIterationCheck::RequestTpot& r = c.requests.emplace_back();
+    r.request_id = id;
+    r.tokens = e.tokens;
+    r.measured_s = (measured_end[e.last] - measured_end[e.first]) / double(e.tokens - 1);
+    r.replayed_s = (replayed_end[e.last] - replayed_end[e.first]) / double(e.tokens - 1);
+    measured.push_back(r.measured_s);
+    replayed.push_back(r.replayed_s);
   }
+  std::sort(c.requests.begin(), c.requests.end(),
+            [](const auto& a, const auto& b) { return a.request_id < b.request_id; });
   c.tpot_measured_s = summarize(measured);
   c.tpot_replayed_s = summarize(replayed);
 }
@@ -215,6 +222,13 @@ std::string logged_iterations_csv(const LoggedIterationCheck& c) {
                      it.decode_tokens, it.prefill_sequences, it.decode_sequences, mean_context(it), it.measured_s,
                      c.predicted_s[k]);
   }
+  return t;
+}
+
+std::string logged_requests_csv(const LoggedIterationCheck& c) {
+  std::string t = "request_id,tokens,measured_tpot_s,replayed_tpot_s\n";
+  for (const LoggedIterationCheck::RequestTpot& r : c.requests)
+    t += fmt::format("{},{},{},{}\n", r.request_id, r.tokens, r.measured_s, r.replayed_s);
   return t;
 }
 

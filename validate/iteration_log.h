@@ -79,6 +79,12 @@ struct LoggedIterationCheck {
   // lasting its predicted cost, the gaps between steps kept. The per-request
   // errors of --measured compare two schedules; this compares costs only.
   Distribution tpot_measured_s, tpot_replayed_s;
+  struct RequestTpot {
+    int64_t request_id = 0;  // the server's id (its order of arrival)
+    int64_t tokens = 0;
+    double measured_s = 0, replayed_s = 0;
+  };
+  std::vector<RequestTpot> requests;  // those behind the two distributions, by id
 };
 // Costs every logged plan with `costs`' target, or with its draft passes and
 // verification where `costs` has a draft (the drafts each step accepted are
@@ -93,6 +99,8 @@ nlohmann::json logged_iteration_check_json(const LoggedIterationCheck& c);
 // iterations.csv: index,kind,start_s,prefill_tokens,decode_tokens,
 // prefill_sequences,decode_sequences,mean_context,measured_s,predicted_s
 std::string logged_iterations_csv(const LoggedIterationCheck& c);
+// server_requests.csv: request_id,tokens,measured_tpot_s,replayed_tpot_s
+std::string logged_requests_csv(const LoggedIterationCheck& c);
 // The stdout lines: MAPE (bias) by kind, the floor, the shape table.
 std::string format_logged_iteration_check(const LoggedIterationCheck& c);
 

@@ -122,6 +122,7 @@ void write_measured_outputs(const std::string& dir, const MeasuredPrediction& p,
   if (p.server_iterations) {
     write_text((d / "iterations.csv").string(), logged_iterations_csv(*p.server_iterations));
     write_text((d / "iteration_breakdown.csv").string(), shape_breakdown_csv(p.server_iterations->shapes));
+    write_text((d / "server_requests.csv").string(), logged_requests_csv(*p.server_iterations));
   }
 }
 

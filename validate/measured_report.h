@@ -42,7 +42,8 @@ nlohmann::json measured_report_json(const MeasuredPrediction& p);
 // Writes report.json, requests.csv (each measured request beside its
 // prediction) and predicted/ (summary.json, requests.csv, iterations.csv);
 // with an iteration log also iterations.csv (each logged iteration, measured
-// and predicted) and iteration_breakdown.csv.
+// and predicted), iteration_breakdown.csv and server_requests.csv (each
+// logged request's TPOT on the server's steps, measured and replayed).
 void write_measured_outputs(const std::string& dir, const MeasuredPrediction& p, const nlohmann::json& predicted_summary);
 
 // The stdout table.

@@ -165,6 +165,9 @@ def main():
                 row[f"iteration_mape_{kind}"] = mape[kind]
                 row[f"iteration_bias_{kind}"] = mape["bias"][kind]
             row["iteration_floor"] = mape["floor"]
+            for p in ("p50", "p90"):  # TPOT with the server's own steps, each at its predicted cost
+                row[f"tpot_s_{p}_server_ms"] = server["tpot_s"]["measured"][p] * 1e3
+                row[f"tpot_s_{p}_replayed_error"] = server["tpot_s"]["rel_error"][p]
         row["report"] = os.path.relpath(os.path.join(folder, "validate", "report.json"), a.out)
         rows.append(row)
         print(json.dumps(row), file=sys.stderr)

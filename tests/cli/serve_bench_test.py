@@ -139,6 +139,13 @@ def serve_iteration_log_feeds_validate(ctx):
     check(all(float(r["measured_s"]) == x["measured_s"] and float(r["predicted_s"]) > 0
               for r, x in zip(logged, lines)), "iterations.csv: measured as logged, a prediction each")
     check(os.path.exists(os.path.join(v, "iteration_breakdown.csv")), "iteration_breakdown.csv")
+    # Every request's TPOT on the server's steps: the client's within the transport's jitter.
+    served = list(csv.DictReader(open(os.path.join(v, "server_requests.csv"))))
+    with_tpot = [r for r in rows if int(r["output_tokens"]) >= 2]
+    check(len(served) == len(with_tpot), f"{len(served)} server TPOTs for {len(with_tpot)} requests")
+    check(sorted(int(r["tokens"]) for r in served) == sorted(int(r["output_tokens"]) for r in with_tpot),
+          "server_requests.csv tokens differ from bench's")
+    check(server["tpot_s"]["measured"]["count"] == len(served), f"tpot_s {server['tpot_s']}")
 
     # Bad input: a log that cannot be opened or read, and a server that cannot write its log.
     expect_input_error(ctx, ["validate", "--measured", out, "--iteration-log", ctx.path("missing.jsonl"),

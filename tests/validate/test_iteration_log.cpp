@@ -8,6 +8,8 @@
 #include <fstream>
 #include <string>
 
+#include <fmt/format.h>
+
 #include "sim/cost/cost_models.h"
 #include "sim/errors.h"
 #include "validate/iteration_log.h"
@@ -187,5 +189,10 @@ TEST_CASE("iteration log: TPOT on the server's steps, and with each step at its 
   CHECK(c.tpot_replayed_s.p50 == Approx(0.0015));
   const nlohmann::json j = logged_iteration_check_json(c);
   CHECK(j["tpot_s"]["rel_error"]["p50"].get<double>() == Approx(0.0015 / 0.0085 - 1));
+  REQUIRE(c.requests.size() == 1);
+  CHECK(c.requests[0].request_id == 1);
+  CHECK(c.requests[0].tokens == 3);
+  CHECK(logged_requests_csv(c) == fmt::format("request_id,tokens,measured_tpot_s,replayed_tpot_s\n1,3,{},{}\n",
+                                              c.requests[0].measured_s, c.requests[0].replayed_s));
   std::filesystem::remove(path);
 }
