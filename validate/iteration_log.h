@@ -5,12 +5,7 @@
 // model. The per-request errors of --measured say that a prediction is off;
 // the iterations say whether the cost of a step or the steps themselves
 // (what the scheduler ran, and when) are what differ.
-//
-// One line per iteration:
-//   {"index":N,"start_s":T,"measured_s":D,"sequences":[[request_id,
-//    query_tokens,cached_tokens,prefill,samples,emitted],...]}
-// prefill and samples are 0 or 1; emitted is the tokens the step emitted
-// for the sequence (-1: not reported). start_s is on the server's clock.
+// The line format and its reader: validate/iteration_log_format.h.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +19,7 @@
 #include "sim/iteration_plan.h"
 #include "sim/stats.h"
 #include "validate/iteration_errors.h"
+#include "validate/iteration_log_format.h"
 #include "validate/record.h"
 #include "validate/shape_breakdown.h"
 
@@ -44,25 +40,6 @@ class IterationLogWriter {
   std::ofstream file_;
   int64_t lines_ = 0;
 };
-
-// The line for one iteration (without its newline).
-std::string iteration_log_line(int64_t index, double start_s, const RecordedIteration& iteration);
-
-struct IterationLog {
-  std::string source;
-  std::vector<RecordedIteration> iterations;
-  std::vector<double> starts_s;  // one per iteration, server clock
-};
-// Throws InputError naming the file, the line and what is wrong: a line
-// that is not JSON, a missing or mistyped field, negative counts, an
-// iteration without sequences. A last line cut off mid-write (a server
-// killed while writing it) is the one exception: it is dropped and counted
-// in `truncated_last_line`.
-struct IterationLogRead {
-  IterationLog log;
-  bool truncated_last_line = false;
-};
-IterationLogRead read_iteration_log(const std::string& path);
 
 // Every logged iteration beside its predicted cost.
 struct LoggedIterationCheck {

@@ -196,3 +196,14 @@ TEST_CASE("iteration log: TPOT on the server's steps, and with each step at its 
                                               c.requests[0].measured_s, c.requests[0].replayed_s));
   std::filesystem::remove(path);
 }
+
+TEST_CASE("iteration log: a number past a double's range is refused by line") {
+  // Found by fuzz_iteration_log: nlohmann::json throws out_of_range, not parse_error.
+  const std::string good =
+      R"({"index":0,"start_s":0.1,"measured_s":0.02,"sequences":[[1,16,0,1,1,1]]})"
+      "\n";
+  CHECK_THROWS_WITH(parse_iteration_log(good + R"({"start_s":5e1814918,"measured_s":1,"sequences":[[1,1,0,0,1,1]]})"
+                                               "\n",
+                                        "log"),
+                    Catch::Contains("log line 2: not a JSON object"));
+}
