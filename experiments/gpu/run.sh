@@ -15,6 +15,8 @@
 #    on the 8B profile, realistic workloads: Azure conversation lengths,
 #    long prompts (2k-8k) at token budgets 512, 2048 and 8192, speculative
 #    decoding with llama-3.2-1b as the draft (controlled acceptance);
+#    prefix caching; one tensor-parallel rank; `serve --device cuda` driven
+#    by `bench` and checked by `validate --measured --iteration-log`;
 # 6. compute-sanitizer over a reduced [cuda] test set: memcheck on the
 #    GEMMs, attention and elementwise kernels, racecheck on attention (last,
 #    so that a slow sanitizer cannot starve the measurements);
@@ -178,6 +180,12 @@ step tensor-parallel 120 bash -c "'$servesim' calibrate --device cuda --quick --
     --out '$work/tp8/profile_prediction' -q && \
   '$servesim' simulate --model llama-3.1-70b --hardware h200 --tensor-parallel-size 8 --num-requests 300 \
     --rate 4 --out '$work/tp8/roofline_prediction' -q"
+# The server on the GPU (issue 31): serve --device cuda with its iteration
+# log, bench at 0.1 and 0.5 of the profile's capacity, validate --measured
+# with the 8B profile and the log.
+step serve-cuda 120 /usr/bin/env python3 "$repo/experiments/serve_bench/run.py" --servesim "$servesim" \
+  --device cuda --model llama-3.1-8b --profile "$work/validation/llama-3.1-8b/profile.json" \
+  --out "$work/serve_bench" --serve-args="--kv-cache-memory 24GiB"
 nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv >>"$out/log.txt" 2>&1
 
 kill "$dmon" 2>/dev/null

@@ -97,6 +97,26 @@ def validation(work):
     return "\n".join(out) if out else "validation: no result"
 
 
+def serve(work):
+    """serve --device cuda driven by bench, then validate --measured with the server's iteration log."""
+    path = os.path.join(work, "serve_bench", "summary.csv")
+    if not os.path.exists(path):
+        return "serve: no result"
+    out = ["\nserve --device cuda, bench over loopback, validate --measured (target: within 10%)\n",
+           "| load | completed | client - server TTFT mean | TTFT p50 | TTFT p90 | TPOT p50 | TPOT p90 | "
+           "server steps MAPE (floor) | TPOT p50 on the server's steps |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for r in csv.DictReader(open(path)):
+        f = lambda k: f"{100 * float(r[k]):+.1f}%" if r.get(k) else "-"
+        gap = float(r["client_ttft_mean_ms"]) - float(r["server_ttft_mean_ms"])
+        steps = (f"{100 * float(r['iteration_mape_all']):.1f}% ({100 * float(r['iteration_floor']):.1f}%)"
+                 if r.get("iteration_mape_all") else "-")
+        out.append(f"| {r['load']} ({r['rate']}/s) | {r['completed']}/{r['requests']} | {gap:.2f} ms | "
+                   f"{f('ttft_s_p50_error')} | {f('ttft_s_p90_error')} | {f('tpot_s_p50_error')} | "
+                   f"{f('tpot_s_p90_error')} | {steps} | {f('tpot_s_p50_replayed_error')} |")
+    return "\n".join(out)
+
+
 def main():
     if len(sys.argv) != 2 or not os.path.isdir(sys.argv[1]):
         sys.exit(__doc__)
@@ -106,6 +126,7 @@ def main():
     print(bench(work))
     print(kernels(work))
     print(validation(work))
+    print(serve(work))
 
 
 if __name__ == "__main__":

@@ -19,6 +19,9 @@ the transport only).
 Run it on an idle machine (the project's 2-core VMs: see
 experiments/results/cpu*/README.md for how their speed drifts).
 Usage: experiments/serve_bench/run.py [--servesim PATH] [--out DIR] [--profile P]
+       [--device cpu|cuda] [--model M] [--serve-args "..."] [--loads light,...]
+On a GPU (experiments/gpu/run.sh): --device cuda --model llama-3.1-8b
+--profile P --serve-args "--kv-cache-memory 24GiB".
 """
 import argparse
 import csv
@@ -26,6 +29,7 @@ import datetime
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -37,8 +41,17 @@ MODEL = "small-110m"
 LOADS = [("light", 0.1, 48), ("near-saturation", 0.5, 40)]  # name, fraction of capacity, requests
 LENGTHS = ["--prompt-len", "uniform:16:256", "--output-len", "uniform:16:128"]
 CAPACITY_WORKLOAD = ["--rate", "100", "--num-requests", "400", *LENGTHS, "--seed", "1"]
-PREDICTION = ["--model", MODEL, "--scheduler", "chunked"]
-ENGINE = [*PREDICTION, "--threads", "1"]  # the profile is calibrated with one thread too
+SCHEDULING = ["--scheduler", "chunked"]  # the server's and the prediction's
+
+
+def prediction_flags(a):
+    return ["--model", a.model, *SCHEDULING]
+
+
+def engine_flags(a):
+    # On the CPU one decoder thread, as the profile is calibrated.
+    device = ["--threads", "1"] if a.device == "cpu" else ["--device", a.device]
+    return [*prediction_flags(a), *device, *shlex.split(a.serve_args)]
 
 
 def sh(cmd):
@@ -49,8 +62,8 @@ def sh(cmd):
     return done.stdout
 
 
-def start_server(servesim, log_path, iteration_log):
-    cmd = [servesim, "serve", *ENGINE, "--port", "0", "--iteration-log", iteration_log]
+def start_server(a, log_path, iteration_log):
+    cmd = [a.servesim, "serve", *engine_flags(a), "--port", "0", "--iteration-log", iteration_log]
     print("$ " + " ".join(cmd), file=sys.stderr, flush=True)
     log = open(log_path, "w")
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=log, text=True)
@@ -85,7 +98,7 @@ def scrape_file(path):
 
 def serve_and_bench(a, folder, rate, n):
     """A fresh server, the bench run against it, its /metrics at the end."""
-    proc, port, log = start_server(a.servesim, os.path.join(folder, "serve.log"),
+    proc, port, log = start_server(a, os.path.join(folder, "serve.log"),
                                    os.path.join(folder, "iterations.jsonl"))
     try:
         sh([a.servesim, "bench", "--base-url", f"http://127.0.0.1:{port}", "--rate", str(rate),
@@ -114,6 +127,9 @@ def main():
     ap.add_argument("--servesim", default=os.path.join(ROOT, "build/release/cli/servesim"))
     ap.add_argument("--out", default=os.path.join(ROOT, "experiments/results/serve_bench"))
     ap.add_argument("--profile", help="a profile of this machine (default: calibrate one)")
+    ap.add_argument("--device", default="cpu", help="cpu (one decoder thread), or cuda / cuda:N")
+    ap.add_argument("--model", default=MODEL, help=f"a preset (default {MODEL}; random weights)")
+    ap.add_argument("--serve-args", default="", help="more flags for `servesim serve` (e.g. --kv-cache-memory)")
     ap.add_argument("--rerun", action="store_true", help="serve and bench again where a load's folder has a run")
     ap.add_argument("--loads", default=",".join(name for name, _, _ in LOADS),
                     help="which loads to run, comma-separated (default: all)")
@@ -122,9 +138,10 @@ def main():
     profile = a.profile or os.path.join(a.out, "profile.json")
     if not a.profile:
         t0 = time.time()
-        sh([a.servesim, "calibrate", "--device", "cpu", "--model", MODEL, "--threads", "1", "--out", profile])
+        threads = ["--threads", "1"] if a.device == "cpu" else []
+        sh([a.servesim, "calibrate", "--device", a.device, "--model", a.model, *threads, "--out", profile])
         print(f"calibrated in {time.time() - t0:.0f} s", file=sys.stderr)
-    cap = json.loads(sh([a.servesim, "simulate", "--profile", profile, "--json", "--quiet", "--scheduler", "chunked"]
+    cap = json.loads(sh([a.servesim, "simulate", "--profile", profile, "--json", "--quiet", *SCHEDULING]
                         + CAPACITY_WORKLOAD))["throughput"]["requests_per_s"]
     rows = []
     wanted = a.loads.split(",")
@@ -140,7 +157,7 @@ def main():
         else:
             text, samples = serve_and_bench(a, folder, rate, n)
         logged = os.path.join(folder, "iterations.jsonl")
-        sh([a.servesim, "validate", "--measured", os.path.join(folder, "bench"), "--profile", profile, *PREDICTION,
+        sh([a.servesim, "validate", "--measured", os.path.join(folder, "bench"), "--profile", profile, *prediction_flags(a),
             *(["--iteration-log", logged] if os.path.exists(logged) else []), "--out", os.path.join(folder, "validate")])
         with open(os.path.join(folder, "bench", "summary.json")) as f:
             bench = json.load(f)
@@ -179,6 +196,7 @@ def main():
             "machine": subprocess.run(["sh", "-c", "lscpu | grep 'Model name' | sed 's/.*: *//'"],
                                       capture_output=True, text=True).stdout.strip(),
             "cores": os.cpu_count(),
+            "device": a.device, "model": a.model, "serve_args": a.serve_args,
             "commit": subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
                                      text=True).stdout.strip(),
             "capacity_requests_per_s": cap, "rows": rows}
