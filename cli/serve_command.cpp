@@ -106,12 +106,9 @@ int serve_command(int argc, const char* const* argv) {
   engine_options.max_waiting = vm["max-waiting"].as<int64_t>();
   if (engine_options.max_waiting < 1)
     throw InputError(fmt::format("--max-waiting must be >= 1 (got {})", engine_options.max_waiting));
-  std::unique_ptr<IterationLogWriter> iteration_log;
-  if (vm.count("iteration-log")) {
-    iteration_log = std::make_unique<IterationLogWriter>(vm["iteration-log"].as<std::string>());
-    engine_options.on_iteration = [log = iteration_log.get()](const IterationPlan& plan, const IterationResult& result,
-                                                              double start_s) { log->write(plan, result, start_s); };
-  }
+  // Checked here, opened (and truncated) once the model has loaded, so that a
+  // bad flag or weights file leaves an earlier log as it was.
+  if (vm.count("iteration-log")) check_writable(vm["iteration-log"].as<std::string>());
   const double grace = vm["shutdown-grace"].as<double>();
   if (!(grace >= 0)) throw InputError(fmt::format("--shutdown-grace must be >= 0 (got {})", grace));
   const std::string model_name =
@@ -120,6 +117,12 @@ int serve_command(int argc, const char* const* argv) {
 
   ServedDecoder decoder = build_served_decoder(setup);
   std::fprintf(stderr, "serve: %s; tokenizer %s\n", decoder.ready_line.c_str(), tokenizer->name().c_str());
+  std::unique_ptr<IterationLogWriter> iteration_log;
+  if (vm.count("iteration-log")) {
+    iteration_log = std::make_unique<IterationLogWriter>(vm["iteration-log"].as<std::string>());
+    engine_options.on_iteration = [log = iteration_log.get()](const IterationPlan& plan, const IterationResult& result,
+                                                              double start_s) { log->write(plan, result, start_s); };
+  }
   Scheduler scheduler(decoder.scheduler);
   ServingMetrics metrics(model_name);
   OnlineEngine engine(scheduler, *decoder.executor, metrics, engine_options);

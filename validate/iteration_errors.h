@@ -4,7 +4,10 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "validate/record.h"
 
@@ -24,6 +27,16 @@ struct IterationErrors {
 // Iterations with measured <= 0 are skipped (none occur in a real run).
 IterationErrors iteration_errors(std::span<const double> measured, std::span<const double> predicted,
                                  std::span<const IterationKind> kinds);
+
+// The same, of recorded iterations: their measured times and kinds.
+IterationErrors iteration_errors(const std::vector<RecordedIteration>& iterations, std::span<const double> predicted);
+std::vector<double> measured_times(const std::vector<RecordedIteration>& iterations);
+
+// report.json's iteration_mape: {all, decode, prefill, mixed, counts {..},
+// bias {..}, floor} (null where a figure is not finite).
+nlohmann::json iteration_mape_json(const IterationErrors& e, double floor);
+// The stdout lines: MAPE (bias) and count per kind, then the floor.
+std::string format_iteration_errors(const IterationErrors& e, double floor);
 
 // The run's noise floor from its iteration noise (noise_around_rolling_level
 // of sim/cost/cost_jitter.h: each iteration's measured time over its

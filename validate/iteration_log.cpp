@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -14,9 +15,7 @@
 namespace servesim {
 namespace {
 
-nlohmann::json number(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
 std::string pct(double e) { return std::isfinite(e) ? fmt::format("{:+.1f}%", e * 100) : std::string("-"); }
-std::string abs_pct(double e) { return std::isfinite(e) ? fmt::format("{:.1f}%", e * 100) : std::string("-"); }
 
 // Tokens a logged sequence emitted in its step (-1: one where it samples).
 int32_t emitted_by(const RecordedSequence& s) { return s.emitted_tokens >= 0 ? s.emitted_tokens : s.samples ? 1 : 0; }
@@ -70,10 +69,21 @@ IterationLogWriter::IterationLogWriter(const std::string& path) : path_(path), f
 }
 
 void IterationLogWriter::write(const IterationPlan& plan, const IterationResult& result, double start_s) {
-  if (plan.sequences.empty()) return;  // nothing ran (nothing could be scheduled)
+  if (plan.sequences.empty() || failed_) return;  // nothing ran (nothing could be scheduled); or a broken log
   file_ << iteration_log_line(lines_, start_s, record_iteration(plan, result)) << '\n';
   file_.flush();
+  if (!file_) {
+    failed_ = true;
+    std::fprintf(stderr, "serve: warning: --iteration-log %s: write failed after %lld lines; no more are written\n",
+                 path_.c_str(), static_cast<long long>(lines_));
+    return;
+  }
   ++lines_;
+}
+
+void check_writable(const std::string& path) {
+  std::ofstream probe(path, std::ios::app);
+  if (!probe) throw InputError(fmt::format("--iteration-log {}: cannot open for writing", path));
 }
 
 LoggedIterationCheck check_iteration_log(IterationLogRead read, const CostModels& costs, int32_t block_size) {
@@ -86,34 +96,18 @@ LoggedIterationCheck check_iteration_log(IterationLogRead read, const CostModels
   // passes and the drafts each accepted, as validate's replay costs them.
   c.predicted_s = costs.draft ? cost_recorded(c.iterations, SpeculativeCost(*costs.target, *costs.draft), block_size)
                               : cost_recorded(c.iterations, *costs.target, block_size);
-  std::vector<double> measured_s;
-  std::vector<IterationKind> kinds;
-  for (const RecordedIteration& it : c.iterations) {
-    measured_s.push_back(it.measured_s);
-    kinds.push_back(it.kind());
-  }
-  c.errors = iteration_errors(measured_s, c.predicted_s, kinds);
+  c.errors = iteration_errors(c.iterations, c.predicted_s);
   c.shapes = shape_breakdown(c.iterations, c.predicted_s);
-  c.noise_floor = noise_floor(noise_around_rolling_level(measured_s, c.predicted_s));
+  c.noise_floor = noise_floor(noise_around_rolling_level(measured_times(c.iterations), c.predicted_s));
   logged_tpot(c);
   return c;
 }
 
 nlohmann::json logged_iteration_check_json(const LoggedIterationCheck& c) {
-  const IterationErrors& e = c.errors;
   return {{"source", c.source},
           {"iterations", int64_t(c.iterations.size())},
           {"truncated_last_line", c.truncated_last_line},
-          {"iteration_mape",
-           {{"all", number(e.all.mape)},
-            {"decode", number(e.decode.mape)},
-            {"prefill", number(e.prefill.mape)},
-            {"mixed", number(e.mixed.mape)},
-            {"counts", {{"all", e.all.count}, {"decode", e.decode.count}, {"prefill", e.prefill.count}, {"mixed", e.mixed.count}}},
-            {"bias",
-             {{"all", number(e.all.bias)}, {"decode", number(e.decode.bias)}, {"prefill", number(e.prefill.bias)},
-              {"mixed", number(e.mixed.bias)}}},
-            {"floor", number(c.noise_floor)}}},
+          {"iteration_mape", iteration_mape_json(c.errors, c.noise_floor)},
           {"iteration_breakdown", shape_breakdown_json(c.shapes)},
           {"tpot_s", distribution_comparison_json(c.tpot_measured_s, c.tpot_replayed_s)}};
 }
@@ -141,15 +135,7 @@ std::string logged_requests_csv(const LoggedIterationCheck& c) {
 std::string format_logged_iteration_check(const LoggedIterationCheck& c) {
   std::string t = fmt::format("  server iterations ({}, {} logged): predicted cost of each, MAPE (bias)\n", c.source,
                               c.iterations.size());
-  auto klass = [&](const char* name, const ClassError& e) {
-    t += fmt::format("    {:<8} {:>7} ({:>7})  {:>6} iterations\n", name, abs_pct(e.mape), pct(e.bias), e.count);
-  };
-  klass("all", c.errors.all);
-  klass("decode", c.errors.decode);
-  klass("prefill", c.errors.prefill);
-  klass("mixed", c.errors.mixed);
-  t += fmt::format("    {:<8} {:>7}            the run's own noise: MAPE with its level known at every moment\n",
-                   "floor", abs_pct(c.noise_floor));
+  t += format_iteration_errors(c.errors, c.noise_floor);
   const Distribution& m = c.tpot_measured_s;
   const Distribution& r = c.tpot_replayed_s;
   t += fmt::format(

@@ -30,16 +30,24 @@ namespace servesim {
 // last step.
 class IterationLogWriter {
  public:
-  // Throws InputError when `path` cannot be opened for writing.
+  // Throws InputError when `path` cannot be opened for writing; truncates it.
   explicit IterationLogWriter(const std::string& path);
+  // A write that fails (a full disk) is said once on stderr; the log is
+  // then incomplete, and lines() counts only what was written.
   void write(const IterationPlan& plan, const IterationResult& result, double start_s);
   int64_t lines() const { return lines_; }
+  bool failed() const { return failed_; }
 
  private:
   std::string path_;
   std::ofstream file_;
   int64_t lines_ = 0;
+  bool failed_ = false;
 };
+// Throws InputError when `path` cannot be opened for writing, without
+// truncating or otherwise changing a file that is there (it may create an
+// empty one): a check before a writer is made.
+void check_writable(const std::string& path);
 
 // Every logged iteration beside its predicted cost.
 struct LoggedIterationCheck {

@@ -1,6 +1,7 @@
 #include "validate/iteration_log_format.h"
 
 #include <cmath>
+#include <cstdint>
 #include <fstream>
 #include <iterator>
 
@@ -12,6 +13,11 @@
 namespace servesim {
 namespace {
 
+// Longer than any model's context by far, and small enough that a line's
+// token sums and a sequence's KV blocks stay in 32 bits.
+constexpr int64_t kMaxSequenceTokens = int64_t(1) << 24;
+constexpr int64_t kMaxIterationTokens = INT32_MAX;
+
 // One sequence of a line: [request_id, query_tokens, cached_tokens, prefill,
 // samples, emitted].
 RecordedSequence parse_sequence(const nlohmann::json& j, const std::string& where) {
@@ -20,8 +26,8 @@ RecordedSequence parse_sequence(const nlohmann::json& j, const std::string& wher
                                  "prefill, samples, emitted]",
                                  where));
   for (const nlohmann::json& v : j)
-    if (!v.is_number_integer())
-      throw InputError(fmt::format("{}: a sequence's fields must be integers (got {})", where, j.dump()));
+    if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX)))
+      throw InputError(fmt::format("{}: a sequence's fields must be integers of 64 bits (got {})", where, j.dump()));
   RecordedSequence s;
   s.request_id = j[0].get<int64_t>();
   const int64_t query = j[1].get<int64_t>(), cached = j[2].get<int64_t>();
@@ -29,6 +35,9 @@ RecordedSequence parse_sequence(const nlohmann::json& j, const std::string& wher
   if (query < 1 || query > INT32_MAX) throw InputError(fmt::format("{}: query_tokens must be >= 1 (got {})", where, query));
   if (cached < 0 || cached > INT32_MAX)
     throw InputError(fmt::format("{}: cached_tokens must be >= 0 (got {})", where, cached));
+  if (cached + query > kMaxSequenceTokens)
+    throw InputError(fmt::format("{}: cached_tokens + query_tokens must be <= {} (got {})", where,
+                                 kMaxSequenceTokens, cached + query));
   if ((prefill != 0 && prefill != 1) || (samples != 0 && samples != 1))
     throw InputError(fmt::format("{}: prefill and samples must be 0 or 1 (got {})", where, j.dump()));
   if (emitted < -1 || emitted > query)
@@ -97,9 +106,13 @@ IterationLogRead parse_iteration_log(std::string_view text, const std::string& s
     it.measured_s = finite_number(line, "measured_s", where);
     if (!line.contains("sequences") || !line["sequences"].is_array() || line["sequences"].empty())
       throw InputError(where + ": \"sequences\" must be a non-empty array");
+    int64_t tokens = 0;
     for (const nlohmann::json& s : line["sequences"]) {
       it.sequences.push_back(parse_sequence(s, where));
       const RecordedSequence& r = it.sequences.back();
+      tokens += r.num_query_tokens;
+      if (tokens > kMaxIterationTokens)
+        throw InputError(fmt::format("{}: the sequences' query tokens sum past {}", where, kMaxIterationTokens));
       (r.is_prefill ? it.prefill_tokens : it.decode_tokens) += r.num_query_tokens;
       ++(r.is_prefill ? it.prefill_sequences : it.decode_sequences);
     }

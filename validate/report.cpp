@@ -79,7 +79,6 @@ const RequestRecord* find(const RunRecords& records, int64_t id) {
 }
 
 std::string pct(double e) { return std::isfinite(e) ? fmt::format("{:+.1f}%", e * 100) : std::string("-"); }
-std::string abs_pct(double e) { return std::isfinite(e) ? fmt::format("{:.1f}%", e * 100) : std::string("-"); }
 
 // The host-drift lines of the stdout table (nothing with --host-drift off).
 void host_drift_lines(const nlohmann::json& h, std::string& t) {
@@ -138,21 +137,7 @@ nlohmann::json validation_report_json(const ValidationResult& v, ValidationMode 
   const RunSummary& p = summary_of(v, mode);
   nlohmann::json j;
   j["mode"] = to_string(mode);
-  j["iteration_mape"] = {{"all", number(v.iteration.all.mape)},
-                         {"decode", number(v.iteration.decode.mape)},
-                         {"prefill", number(v.iteration.prefill.mape)},
-                         {"mixed", number(v.iteration.mixed.mape)},
-                         {"counts",
-                          {{"all", v.iteration.all.count},
-                           {"decode", v.iteration.decode.count},
-                           {"prefill", v.iteration.prefill.count},
-                           {"mixed", v.iteration.mixed.count}}},
-                         {"bias",
-                          {{"all", number(v.iteration.all.bias)},
-                           {"decode", number(v.iteration.decode.bias)},
-                           {"prefill", number(v.iteration.prefill.bias)},
-                           {"mixed", number(v.iteration.mixed.bias)}}},
-                         {"floor", number(v.noise_floor)}};
+  j["iteration_mape"] = iteration_mape_json(v.iteration, v.noise_floor);
   j["iteration_breakdown"] = shape_breakdown_json(v.iteration_shapes);
   j["ttft_s"] = distribution_comparison_json(m.ttft_s, p.ttft_s);
   j["tpot_s"] = distribution_comparison_json(m.tpot_s, p.tpot_s);
@@ -280,15 +265,7 @@ std::string format_validation_table(const ValidationResult& v, ValidationMode mo
   t += fmt::format("  measured   {} of {} requests completed in {:.3f} s, {} iterations, {:.1f} output tok/s\n",
                    m.completed, m.submitted, m.duration_s, m.iterations, m.output_tokens_per_s);
   t += "  iteration time: predicted cost of each measured iteration, MAPE (bias)\n";
-  auto klass = [&](const char* name, const ClassError& e) {
-    t += fmt::format("    {:<8} {:>7} ({:>7})  {:>6} iterations\n", name, abs_pct(e.mape), pct(e.bias), e.count);
-  };
-  klass("all", v.iteration.all);
-  klass("decode", v.iteration.decode);
-  klass("prefill", v.iteration.prefill);
-  klass("mixed", v.iteration.mixed);
-  t += fmt::format("    {:<8} {:>7}            the run's own noise: MAPE with its level known at every moment\n",
-                   "floor", abs_pct(v.noise_floor));
+  t += format_iteration_errors(v.iteration, v.noise_floor);
   t += format_shape_breakdown(v.iteration_shapes);
 
   const RunSummary& p = summary_of(v, mode);

@@ -132,13 +132,8 @@ ValidationResult run_validation(const EngineSetup& setup, const Workload& worklo
   } else {
     v.predicted_iteration_s = cost_recorded(v.iterations, *costs.target, block_size, timeline, starts);
   }
-  std::vector<double> measured_s;
-  std::vector<IterationKind> kinds;
-  for (const RecordedIteration& it : v.iterations) {
-    measured_s.push_back(it.measured_s);
-    kinds.push_back(it.kind());
-  }
-  v.iteration = iteration_errors(measured_s, v.predicted_iteration_s, kinds);
+  const std::vector<double> measured_s = measured_times(v.iterations);
+  v.iteration = iteration_errors(v.iterations, v.predicted_iteration_s);
   v.iteration_shapes = shape_breakdown(v.iterations, v.predicted_iteration_s);
   v.iteration_noise = noise_around_rolling_level(measured_s, v.predicted_iteration_s);
   v.noise_floor = noise_floor(v.iteration_noise);

@@ -218,7 +218,6 @@ void OnlineEngine::step() {
   result_.reset();
   executor_.execute(plan_, result_);
   clock_.advance(result_.duration_s);
-  if (options_.on_iteration) options_.on_iteration(plan_, result_, start_s);
   if (const SpeculativeStats* stats = executor_.speculative_stats()) metrics_.update_speculative(*stats);
   Listener completed(*this, clock_.now());
   finished_ids_.clear();
@@ -237,6 +236,8 @@ void OnlineEngine::step() {
     e.cached_tokens = live.cached_tokens;
     live.sink(std::move(e));
   }
+  // After the tokens went out: the hook's time is not in their latency.
+  if (options_.on_iteration) options_.on_iteration(plan_, result_, start_s);
 }
 
 void OnlineEngine::run() {

@@ -49,9 +49,10 @@ struct OnlineEngineOptions {
   // Requests admitted but not yet scheduled, at most (vLLM's
   // --max-waiting analogue); beyond it submit() answers QueueFull.
   int64_t max_waiting = 1024;
-  // Called on the engine thread after each iteration has executed, with
-  // its plan, what the executor reported and its start on the engine's
-  // clock (`serve --iteration-log` writes them); must not throw.
+  // Called on the engine thread after each iteration, once its tokens were
+  // handed to their sinks, with its plan, what the executor reported and
+  // its start on the engine's clock (`serve --iteration-log` writes them);
+  // must not throw.
   std::function<void(const IterationPlan&, const IterationResult&, double start_s)> on_iteration;
 };
 

@@ -147,6 +147,13 @@ validate llama-3.2-1b "light:10:60,near-saturation:150:300,overloaded:600:300" 1
 # The 8B calibration reaches 8192 positions: the realistic workloads below
 # have prompts up to 8k tokens.
 validate llama-3.1-8b "light:5:40,near-saturation:60:200,overloaded:240:200" 150 8192
+# The server on the GPU (issue 31), right after the profile it needs: serve
+# --device cuda with its iteration log, bench at 0.1 and 0.5 of the
+# profile's capacity (simulated at 1000 req/s offered), validate --measured
+# with the 8B profile, the server's KV blocks and the log.
+step serve-cuda 120 /usr/bin/env python3 "$repo/experiments/serve_bench/run.py" --servesim "$servesim" \
+  --device cuda --model llama-3.1-8b --profile "$work/validation/llama-3.1-8b/profile.json" \
+  --out "$work/serve_bench" --serve-args="--kv-cache-memory 24GiB" --capacity-rate 1000
 # Realistic workloads on that profile (issue 33), loads as fractions of the
 # profile's simulated capacity for each workload's own lengths.
 realistic() {  # NAME LIMIT SCHEDULERS LOADS WORKLOAD_ARGS VALIDATE_ARGS
@@ -180,12 +187,6 @@ step tensor-parallel 120 bash -c "'$servesim' calibrate --device cuda --quick --
     --out '$work/tp8/profile_prediction' -q && \
   '$servesim' simulate --model llama-3.1-70b --hardware h200 --tensor-parallel-size 8 --num-requests 300 \
     --rate 4 --out '$work/tp8/roofline_prediction' -q"
-# The server on the GPU (issue 31): serve --device cuda with its iteration
-# log, bench at 0.1 and 0.5 of the profile's capacity, validate --measured
-# with the 8B profile and the log.
-step serve-cuda 120 /usr/bin/env python3 "$repo/experiments/serve_bench/run.py" --servesim "$servesim" \
-  --device cuda --model llama-3.1-8b --profile "$work/validation/llama-3.1-8b/profile.json" \
-  --out "$work/serve_bench" --serve-args="--kv-cache-memory 24GiB"
 nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv >>"$out/log.txt" 2>&1
 
 kill "$dmon" 2>/dev/null

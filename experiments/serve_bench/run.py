@@ -40,7 +40,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 MODEL = "small-110m"
 LOADS = [("light", 0.1, 48), ("near-saturation", 0.5, 40)]  # name, fraction of capacity, requests
 LENGTHS = ["--prompt-len", "uniform:16:256", "--output-len", "uniform:16:128"]
-CAPACITY_WORKLOAD = ["--rate", "100", "--num-requests", "400", *LENGTHS, "--seed", "1"]
+CAPACITY_WORKLOAD = ["--num-requests", "400", *LENGTHS, "--seed", "1"]  # at --capacity-rate
 SCHEDULING = ["--scheduler", "chunked"]  # the server's and the prediction's
 
 
@@ -67,10 +67,18 @@ def start_server(a, log_path, iteration_log):
     print("$ " + " ".join(cmd), file=sys.stderr, flush=True)
     log = open(log_path, "w")
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=log, text=True)
+    blocks = None
     for line in proc.stderr:
         log.write(line)
+        b = re.search(r"\((\d+) blocks of \d+ tokens\)", line)  # the ready line: the server's KV capacity
+        if b:
+            blocks = int(b.group(1))
         m = re.search(r"listening on http://[^:]+:(\d+)", line)
         if m:
+            if blocks is None:
+                sys.exit(f"serve's ready line gave no KV block count; see {log_path}")
+            with open(os.path.join(os.path.dirname(log_path), "num_gpu_blocks"), "w") as f:
+                f.write(f"{blocks}\n")
             return proc, int(m.group(1)), log
     sys.exit(f"serve did not start; see {log_path}")
 
@@ -130,6 +138,9 @@ def main():
     ap.add_argument("--device", default="cpu", help="cpu (one decoder thread), or cuda / cuda:N")
     ap.add_argument("--model", default=MODEL, help=f"a preset (default {MODEL}; random weights)")
     ap.add_argument("--serve-args", default="", help="more flags for `servesim serve` (e.g. --kv-cache-memory)")
+    ap.add_argument("--capacity-rate", type=float, default=100,
+                    help="the open-loop rate (req/s) whose simulated throughput is the capacity the loads are "
+                         "fractions of: far past it (default 100, for the CPU)")
     ap.add_argument("--rerun", action="store_true", help="serve and bench again where a load's folder has a run")
     ap.add_argument("--loads", default=",".join(name for name, _, _ in LOADS),
                     help="which loads to run, comma-separated (default: all)")
@@ -142,7 +153,7 @@ def main():
         sh([a.servesim, "calibrate", "--device", a.device, "--model", a.model, *threads, "--out", profile])
         print(f"calibrated in {time.time() - t0:.0f} s", file=sys.stderr)
     cap = json.loads(sh([a.servesim, "simulate", "--profile", profile, "--json", "--quiet", *SCHEDULING]
-                        + CAPACITY_WORKLOAD))["throughput"]["requests_per_s"]
+                        + CAPACITY_WORKLOAD + ["--rate", str(a.capacity_rate)]))["throughput"]["requests_per_s"]
     rows = []
     wanted = a.loads.split(",")
     unknown = set(wanted) - {name for name, _, _ in LOADS}
@@ -157,7 +168,10 @@ def main():
         else:
             text, samples = serve_and_bench(a, folder, rate, n)
         logged = os.path.join(folder, "iterations.jsonl")
+        blocks_file = os.path.join(folder, "num_gpu_blocks")  # the prediction's KV capacity: the server's
+        blocks = ["--num-gpu-blocks", open(blocks_file).read().strip()] if os.path.exists(blocks_file) else []
         sh([a.servesim, "validate", "--measured", os.path.join(folder, "bench"), "--profile", profile, *prediction_flags(a),
+            *blocks,
             *(["--iteration-log", logged] if os.path.exists(logged) else []), "--out", os.path.join(folder, "validate")])
         with open(os.path.join(folder, "bench", "summary.json")) as f:
             bench = json.load(f)
@@ -182,14 +196,17 @@ def main():
                 row[f"iteration_mape_{kind}"] = mape[kind]
                 row[f"iteration_bias_{kind}"] = mape["bias"][kind]
             row["iteration_floor"] = mape["floor"]
+            tpot = server["tpot_s"]
             for p in ("p50", "p90"):  # TPOT with the server's own steps, each at its predicted cost
-                row[f"tpot_s_{p}_server_ms"] = server["tpot_s"]["measured"][p] * 1e3
-                row[f"tpot_s_{p}_replayed_error"] = server["tpot_s"]["rel_error"][p]
+                if tpot["measured"]["count"] > 0:
+                    row[f"tpot_s_{p}_server_ms"] = tpot["measured"][p] * 1e3
+                    row[f"tpot_s_{p}_replayed_error"] = tpot["rel_error"][p]
         row["report"] = os.path.relpath(os.path.join(folder, "validate", "report.json"), a.out)
         rows.append(row)
         print(json.dumps(row), file=sys.stderr)
     with open(os.path.join(a.out, "summary.csv"), "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        fields = list(dict.fromkeys(k for row in rows for k in row))  # every row's columns, first seen first
+        w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
         w.writerows(rows)
     meta = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

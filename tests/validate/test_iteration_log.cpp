@@ -100,6 +100,30 @@ TEST_CASE("iteration log: what the writer writes, the reader reads back exactly"
   std::filesystem::remove(path);
 }
 
+TEST_CASE("iteration log: a write that fails is said and stops the log, the check before leaves a file as it was") {
+  IterationPlan plan;
+  std::vector<int32_t> blocks;
+  make_plan(plan, blocks, 10, 4);
+  IterationResult result;
+  result.duration_s = 0.01;
+  if (std::filesystem::exists("/dev/full")) {  // every write fails with ENOSPC
+    IterationLogWriter log("/dev/full");
+    log.write(plan, result, 0);
+    log.write(plan, result, 0.01);
+    CHECK(log.failed());
+    CHECK(log.lines() == 0);
+  }
+  const std::string path = temp_path("kept.jsonl");
+  write_file(path, "an earlier log\n");
+  check_writable(path);
+  std::ifstream f(path);
+  std::string line;
+  std::getline(f, line);
+  CHECK(line == "an earlier log");
+  CHECK_THROWS_WITH(check_writable(temp_path("no/such/dir/log.jsonl")), Catch::Contains("cannot open for writing"));
+  std::filesystem::remove(path);
+}
+
 TEST_CASE("iteration log: a last line cut off mid-write is dropped, a bad line is named") {
   const std::string good =
       R"({"index":0,"start_s":0.1,"measured_s":0.02,"sequences":[[1,16,0,1,1,1]]})"
@@ -130,6 +154,13 @@ TEST_CASE("iteration log: a last line cut off mid-write is dropped, a bad line i
   refused(R"({"start_s":0,"measured_s":1,"sequences":[[1,4,0,2,1,1]]})" "\n", "prefill and samples must be 0 or 1");
   refused(R"({"start_s":0,"measured_s":1,"sequences":[[1,4,0,1,1]]})" "\n", "must be [request_id");
   refused(R"({"start_s":0,"measured_s":1,"sequences":[[1,4.5,0,1,1,1]]})" "\n", "must be integers");
+  // Past 64 signed bits, and sums that would overflow 32 (found in review).
+  refused(R"({"start_s":0,"measured_s":1,"sequences":[[1,4,0,1,1,18446744073709551615]]})" "\n", "integers of 64 bits");
+  refused(R"({"start_s":0,"measured_s":1,"sequences":[[1,16777216,1,1,1,1]]})" "\n",
+          "cached_tokens + query_tokens must be <= 16777216");
+  std::string many = R"({"start_s":0,"measured_s":1,"sequences":[)";
+  for (int i = 0; i < 200; ++i) many += std::string(i ? "," : "") + "[1,16000000,0,1,1,1]";
+  refused(many + "]}\n", "sum past 2147483647");
   refused(good + "\n" + good, "line 2: not a JSON object");
   refused("", "no iterations");
   CHECK_THROWS_WITH(read_iteration_log(temp_path("does_not_exist.jsonl")), Catch::Contains("cannot open"));
