@@ -218,6 +218,7 @@ void OnlineEngine::step() {
   result_.reset();
   executor_.execute(plan_, result_);
   clock_.advance(result_.duration_s);
+  if (!plan_.sequences.empty()) metrics_.observe_iteration_tokens(plan_.num_tokens());
   if (const SpeculativeStats* stats = executor_.speculative_stats()) metrics_.update_speculative(*stats);
   Listener completed(*this, clock_.now());
   finished_ids_.clear();

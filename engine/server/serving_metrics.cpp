@@ -15,6 +15,8 @@ const std::vector<double> kTokenLatencyBuckets = {0.01, 0.025, 0.05, 0.075, 0.1,
 const std::vector<double> kRequestLatencyBuckets = {0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,   10.0,  15.0,  20.0,
                                                     30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
 
+const std::vector<double> kIterationTokenBuckets = {1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384};
+
 // 1, 2, 5, 10, 20, 50, ... up to `max` (vLLM's build_1_2_5_buckets).
 std::vector<double> buckets_1_2_5(double max) {
   std::vector<double> out;
@@ -67,7 +69,10 @@ ServingMetrics::ServingMetrics(const std::string& model_name)
                                                  buckets_1_2_5(1 << 20))),
       request_generation_tokens_(registry_.histogram("vllm:request_generation_tokens",
                                                      "Number of generation tokens processed.", labels_,
-                                                     buckets_1_2_5(1 << 20))) {
+                                                     buckets_1_2_5(1 << 20))),
+      iteration_tokens_(registry_.histogram("vllm:iteration_tokens_total",
+                                            "Histogram of number of tokens per engine_step.", labels_,
+                                            kIterationTokenBuckets)) {
   for (const char* reason : {"stop", "length", "abort"}) {
     PromLabels l = labels_;
     l["finished_reason"] = reason;

@@ -39,6 +39,8 @@ class ServingMetrics {
     tpot_.observe(s);
   }
   void observe_finished(const FinishedRequestTimes& r);
+  // The tokens (prefill chunks' and decodes' query tokens) of one engine step.
+  void observe_iteration_tokens(int64_t n) { iteration_tokens_.observe(double(n)); }
   // vLLM V1's speculative-decoding counters (vllm:spec_decode_num_drafts,
   // _num_draft_tokens, _num_accepted_tokens, _num_accepted_tokens_per_pos
   // with a `position` label 0 .. k-1), registered at zero for a server that
@@ -57,7 +59,7 @@ class ServingMetrics {
   PromRegistry::Gauge &running_, &waiting_, &kv_usage_;
   PromRegistry::Counter &prompt_tokens_, &generation_tokens_, &preemptions_, &prefix_queries_, &prefix_hits_;
   PromRegistry::Histogram &ttft_, &itl_, &tpot_, &request_tpot_, &e2e_, &queue_, &inference_, &prefill_, &decode_;
-  PromRegistry::Histogram &request_prompt_tokens_, &request_generation_tokens_;
+  PromRegistry::Histogram &request_prompt_tokens_, &request_generation_tokens_, &iteration_tokens_;
   // Speculative decoding (enable_speculative), with the totals already counted.
   PromRegistry::Counter *spec_drafts_ = nullptr, *spec_draft_tokens_ = nullptr, *spec_accepted_ = nullptr;
   std::vector<PromRegistry::Counter*> spec_accepted_per_pos_;

@@ -102,7 +102,7 @@ def serve_iteration_log_feeds_validate(ctx):
         out = ctx.path("bench")
         bench(ctx, s, out, "--rate", "20", "--num-requests", "12", "--prompt-len", "uniform:8:64",
               "--output-len", "uniform:2:12", "--seed", "5")
-        s.wait_idle()
+        m = s.wait_idle()
         check(s.terminate() == 0, "serve did not exit 0 on SIGTERM")
     rows = list(csv.DictReader(open(os.path.join(out, "requests.csv"))))
     check(len(rows) == 12 and all(r["status"] == "completed" for r in rows), f"bench rows {rows}")
@@ -123,6 +123,12 @@ def serve_iteration_log_feeds_validate(ctx):
     asked = sum(int(r["output_tokens"]) for r in rows)
     check(emitted == asked, f"the log emitted {emitted} tokens, bench asked for {asked}")
     check(all(lines[i]["start_s"] <= lines[i + 1]["start_s"] for i in range(len(lines) - 1)), "starts in order")
+    # The server's tokens-per-step histogram (vllm:iteration_tokens_total) counts the same steps and tokens.
+    check(metric(m, "vllm:iteration_tokens_total_count") == len(lines),
+          f"iteration_tokens_total_count {metric(m, 'vllm:iteration_tokens_total_count')} vs {len(lines)} logged")
+    logged_tokens = sum(q for x in lines for _, q, *_ in x["sequences"])
+    check(metric(m, "vllm:iteration_tokens_total_sum") == logged_tokens,
+          f"iteration_tokens_total_sum {metric(m, 'vllm:iteration_tokens_total_sum')} vs {logged_tokens} logged")
 
     v = ctx.path("validate")
     p = ctx.ok("validate", "--measured", out, "--iteration-log", log, "--model", MODEL, "--scheduler", "chunked",

@@ -175,9 +175,10 @@ TEST_CASE("server: Prometheus text exposition of counters, gauges and histograms
                            "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc", "vllm:prompt_tokens_total",
                            "vllm:generation_tokens_total", "vllm:num_preemptions_total",
                            "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total",
-                           "vllm:request_success_total"})
+                           "vllm:request_success_total", "vllm:iteration_tokens_total_bucket"})
     CHECK_THAT(all, Contains(name));
   CHECK_THAT(all, Contains("vllm:time_to_first_token_seconds_bucket{engine=\"0\",le=\"2560.0\",model_name=\"m\"}"));
+  CHECK_THAT(all, Contains("vllm:iteration_tokens_total_bucket{engine=\"0\",le=\"16384.0\",model_name=\"m\"}"));
 }
 
 TEST_CASE("server: API keys compare in constant time and exactly", "[server]") {
