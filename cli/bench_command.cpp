@@ -20,6 +20,7 @@
 #include "engine/client/bench_results.h"
 #include "engine/client/load_generator.h"
 #include "engine/client/openai_protocol.h"
+#include "engine/client/server_metrics.h"
 #include "sim/config_json.h"
 #include "sim/errors.h"
 #include "sim/report.h"
@@ -60,6 +61,27 @@ std::optional<std::string> check_server(const HttpEndpoint& endpoint, const po::
   std::fprintf(stderr,
                "servesim bench: GET %s/v1/models answered HTTP %d without a model list; give --model\n",
                endpoint.url().c_str(), a.status);
+  return std::nullopt;
+}
+
+// The server's /metrics as samples; nullopt (and why, once, on stderr) where
+// it has none or answers something that is not the Prometheus text format.
+std::optional<std::vector<PromSample>> scrape_metrics(const HttpEndpoint& endpoint, const std::string& api_key,
+                                                      bool quiet) {
+  const HttpAnswer a = http_get(endpoint, "/metrics", api_key, 10.0);
+  std::string why;
+  if (a.status != 200) {
+    why = a.status == 0 ? a.error : fmt::format("HTTP {}", a.status);
+  } else {
+    try {
+      return parse_prometheus_text(a.body);
+    } catch (const std::invalid_argument& e) {
+      why = fmt::format("not the Prometheus text format ({})", e.what());
+    }
+  }
+  if (!quiet)
+    std::fprintf(stderr, "bench: no server metrics from %s/metrics: %s; summary.json's server_metrics is null\n",
+                 endpoint.url().c_str(), why.c_str());
   return std::nullopt;
 }
 
@@ -116,6 +138,10 @@ int bench_command(int argc, const char* const* argv) {
        "tokenizer); requests.csv reports the server's usage.prompt_tokens")
       ("no-keep-alive", po::bool_switch(),
        "a new connection for every request (default: idle HTTP/1.1 connections are reused, as vLLM's client does)")
+      ("no-server-metrics", po::bool_switch(),
+       "do not scrape the server's Prometheus /metrics before and after the run (default: scrape it where the "
+       "server has one and keep the change of its vLLM counters and tokens-per-step histogram in summary.json's "
+       "server_metrics, for validate --measured)")
       ("out", po::value<std::string>(), "write summary.json, requests.csv and vllm_result.json here")
       ("json", "print summary.json to stdout instead of the table")
       ("quiet,q", "no progress on stderr");
@@ -200,8 +226,13 @@ int bench_command(int argc, const char* const* argv) {
   if (!quiet)
     std::fprintf(stderr, "bench: %zu requests to %s%s, model %s\n", plan.requests.size(), endpoint.url().c_str(),
                  plan.target.c_str(), model->c_str());
+  const bool scrape = !vm["no-server-metrics"].as<bool>();
+  const std::optional<std::vector<PromSample>> metrics_before =
+      scrape ? scrape_metrics(endpoint, api_key, quiet) : std::nullopt;
   const LoadResult result = run_load(endpoint, plan, progress);
   if (!quiet && terminal) std::fprintf(stderr, "\n");
+  std::optional<std::vector<PromSample>> metrics_after;
+  if (metrics_before) metrics_after = scrape_metrics(endpoint, api_key, quiet);
 
   RunRecords records = bench_records(plan, result);
   const RunSummary summary = summarize_run(records, slo);
@@ -229,6 +260,9 @@ int bench_command(int argc, const char* const* argv) {
                                  {"reused", result.connections_reused},
                                  {"resent_after_stale", result.resent}};
   summary_json["measured_by"] = "client (servesim bench): TTFT, TPOT, ITL and E2E as vLLM's bench serve defines them";
+  summary_json["server_metrics"] =
+      metrics_after ? server_metrics_json(server_metrics_delta(*metrics_before, *metrics_after), endpoint.url() + "/metrics")
+                    : nlohmann::json(nullptr);
 
   VllmResultMeta meta;
   meta.backend = route == OpenAiEndpoint::Completions ? "openai" : "openai-chat";

@@ -90,6 +90,8 @@ int validate_measured_command(int argc, const char* const* argv) {
   loop.progress = progress_printer("validate --measured", quiet);
   p.predicted = predict_measured_run(setup, flags.costs, p.measured, loop);
   if (!quiet && stderr_is_terminal()) std::fprintf(stderr, "\n");
+  p.server_steps = compare_server_steps(p.measured.server_metrics, p.predicted.records, p.predicted.summary.preemptions,
+                                        p.measured.server_metrics_source);
   p.config = setup_to_json(setup, p.predicted.scheduler, flags.costs);
   p.config["workload"] = {{"measured", p.measured.source},
                           {"format", p.measured.format},

@@ -77,6 +77,7 @@ nlohmann::json measured_report_json(const MeasuredPrediction& p) {
                         {"mean_batch_sequences", s.mean_batch_sequences}};
   j["server_iterations"] =
       p.server_iterations ? logged_iteration_check_json(*p.server_iterations) : nlohmann::json(nullptr);
+  j["server_steps"] = p.server_steps ? server_steps_json(*p.server_steps) : nlohmann::json(nullptr);
   j["cost_model"] = p.cost_model;
   j["definitions"] = {
       {"rel_error", "predicted / measured - 1 (positive: the prediction is too slow)"},
@@ -151,6 +152,7 @@ std::string format_measured_table(const MeasuredPrediction& p, const std::string
   block("TPOT", m.tpot(), s.tpot_s);
   if (has_itl(m)) block("ITL", m.itl(), s.itl_s);
   block("E2E", m.e2e(), s.e2e_s);
+  if (p.server_steps) t += format_server_steps(*p.server_steps);
   if (p.server_iterations) t += format_logged_iteration_check(*p.server_iterations);
   return t;
 }

@@ -14,6 +14,7 @@
 #include "engine/simulation.h"
 #include "validate/iteration_log.h"
 #include "validate/measured_run.h"
+#include "validate/server_steps.h"
 
 namespace servesim {
 
@@ -24,6 +25,8 @@ struct MeasuredPrediction {
   nlohmann::json cost_model;   // CostModels::describe()
   // With the server's iteration log: each logged iteration beside its cost.
   std::optional<LoggedIterationCheck> server_iterations;
+  // Where the measured run kept the server's own step histogram.
+  std::optional<ServerStepsComparison> server_steps;
 };
 
 // Simulates `run`'s requests (measured_workload) with `setup` and `costs`
@@ -35,7 +38,8 @@ SimulationOutput predict_measured_run(const SimulationSetup& setup, const CostMo
 // submitted, completed, duration_s, ...}, ttft_s / tpot_s / itl_s / e2e_s
 // {measured, predicted {count, mean, p50, p90, p99}, rel_error {mean, p50,
 // p90, p99}} (itl_s null when the measured file keeps no ITL), predicted_run,
-// server_iterations (null without an iteration log), cost_model,
+// server_iterations (null without an iteration log), server_steps (null
+// without the server's step histogram), cost_model,
 // definitions, percentiles, config.
 nlohmann::json measured_report_json(const MeasuredPrediction& p);
 

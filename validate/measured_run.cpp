@@ -235,6 +235,10 @@ MeasuredRun read_servesim_run_folder(const std::string& folder) {
       itl.min = get("min"), itl.max = get("max");
       run.itl_summary = itl;
     }
+    if (s.contains("server_metrics")) {
+      run.server_metrics = s["server_metrics"];
+      run.server_metrics_source = summary_path;
+    }
   } else {
     run.notes.push_back("no summary.json beside requests.csv: no measured ITL");
   }

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "sim/metrics.h"
 #include "sim/stats.h"
 #include "sim/workload.h"
@@ -50,6 +52,10 @@ struct MeasuredRun {
   // times: replayed closed loop, N requests in flight (0: open loop).
   int64_t closed_loop_concurrency = 0;
   std::vector<std::string> notes;  // what else the reader assumed
+  // A bench folder's summary.json server_metrics (the server's own /metrics
+  // over the run: validate/server_steps.h), as read; null where absent.
+  nlohmann::json server_metrics;
+  std::string server_metrics_source;  // the summary.json it came from
 
   Distribution ttft() const;
   Distribution tpot() const;

@@ -203,6 +203,9 @@ def bench_completions_open_loop(ctx):
     rows, s, v = check_outputs_agree(out, n)
     check_bench_summary_schema(s)
     check(s["config"]["seed"] == 3, "summary config")
+    # The mock has no /metrics: said on stderr, server_metrics null.
+    check(s["server_metrics"] is None and "no server metrics" in p.stderr and "HTTP 404" in p.stderr,
+          f"server_metrics {s['server_metrics']!r}")
     # Every request reached the server once; each marked one failed with its own error.
     check(len(entries) == n, f"the mock saw {len(entries)} requests for {n}")
     for r in rows:

@@ -130,6 +130,11 @@ def serve_iteration_log_feeds_validate(ctx):
     check(metric(m, "vllm:iteration_tokens_total_sum") == logged_tokens,
           f"iteration_tokens_total_sum {metric(m, 'vllm:iteration_tokens_total_sum')} vs {logged_tokens} logged")
 
+    # bench scraped the server's /metrics around the run: the same steps and tokens as the log.
+    steps = json.load(open(os.path.join(out, "summary.json")))["server_metrics"]["iteration_tokens"]
+    check(steps["steps"] == len(lines) and steps["tokens"] == logged_tokens, f"bench's server_metrics {steps}")
+    check(steps["buckets"][-1] == {"le": "+Inf", "count": len(lines)}, f"buckets {steps['buckets'][-3:]}")
+
     v = ctx.path("validate")
     p = ctx.ok("validate", "--measured", out, "--iteration-log", log, "--model", MODEL, "--scheduler", "chunked",
                "--out", v, "-q")
@@ -137,6 +142,10 @@ def serve_iteration_log_feeds_validate(ctx):
     report = json.load(open(os.path.join(v, "report.json")))
     server = report["server_iterations"]
     check(server["iterations"] == len(lines), f"report counts {server['iterations']} of {len(lines)} iterations")
+    compared = report["server_steps"]
+    check(compared["steps"]["measured"] == len(lines) and compared["steps"]["predicted"] > 0, f"server_steps {compared}")
+    check(0 <= compared["tokens_per_step_cdf"][0]["predicted"] <= 1, "a fraction of steps")
+    check("server steps" in p.stdout, "no server steps line on stdout")
     counts = server["iteration_mape"]["counts"]
     check(counts["all"] == len(lines) == counts["decode"] + counts["prefill"] + counts["mixed"], f"counts {counts}")
     check(server["iteration_mape"]["all"] is not None and server["iteration_mape"]["all"] >= 0, "MAPE")

@@ -1,0 +1,116 @@
+#include "validate/server_steps.h"
+
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "sim/errors.h"
+#include "validate/iteration_errors.h"
+
+namespace servesim {
+namespace {
+
+nlohmann::json number(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
+
+double count_field(const nlohmann::json& j, const char* field, const std::string& where) {
+  if (!j.contains(field) || !j[field].is_number() || !std::isfinite(j[field].get<double>()) || j[field].get<double>() < 0)
+    throw InputError(fmt::format("{}: server_metrics.iteration_tokens.{} must be a finite number >= 0", where, field));
+  return j[field].get<double>();
+}
+
+nlohmann::json pair_json(double measured, double predicted) {
+  return {{"measured", number(measured)},
+          {"predicted", number(predicted)},
+          {"rel_error", number(rel_error(predicted, measured))}};
+}
+
+}  // namespace
+
+std::optional<ServerStepsComparison> compare_server_steps(const nlohmann::json& server_metrics,
+                                                          const RunRecords& predicted, int64_t predicted_preemptions,
+                                                          const std::string& where) {
+  if (server_metrics.is_null()) return std::nullopt;
+  if (!server_metrics.is_object()) throw InputError(fmt::format("{}: server_metrics must be an object or null", where));
+  if (!server_metrics.contains("iteration_tokens") || server_metrics["iteration_tokens"].is_null()) return std::nullopt;
+  const nlohmann::json& it = server_metrics["iteration_tokens"];
+  if (!it.is_object()) throw InputError(fmt::format("{}: server_metrics.iteration_tokens must be an object", where));
+  ServerStepsComparison c;
+  c.measured_steps = count_field(it, "steps", where);
+  c.measured_tokens = count_field(it, "tokens", where);
+  if (!it.contains("buckets") || !it["buckets"].is_array())
+    throw InputError(fmt::format("{}: server_metrics.iteration_tokens.buckets must be an array", where));
+  double last_le = -1;
+  for (const nlohmann::json& b : it["buckets"]) {
+    const bool inf = b.is_object() && b.contains("le") && b["le"] == "+Inf";
+    if (!b.is_object() || !b.contains("le") || (!inf && !b["le"].is_number()) || !b.contains("count") ||
+        !b["count"].is_number())
+      throw InputError(fmt::format("{}: each of server_metrics.iteration_tokens.buckets must be {{le, count}}", where));
+    const double le = inf ? std::numeric_limits<double>::infinity() : b["le"].get<double>();
+    const double count = b["count"].get<double>();
+    if (!(le > last_le) || !std::isfinite(count) || count < 0)
+      throw InputError(fmt::format("{}: server_metrics.iteration_tokens.buckets must ascend in le with counts >= 0",
+                                   where));
+    last_le = le;
+    c.cdf.push_back({le, c.measured_steps > 0 ? count / c.measured_steps : 0.0, 0.0});
+  }
+  // The prediction's steps, with the same bounds.
+  c.predicted_steps = double(predicted.iterations.size());
+  for (const IterationRecord& r : predicted.iterations) {
+    const double tokens = double(r.prefill_tokens) + r.decode_tokens;
+    c.predicted_tokens += tokens;
+    for (ServerStepsComparison::Bound& b : c.cdf)
+      if (tokens <= b.le) b.predicted += 1;
+  }
+  for (ServerStepsComparison::Bound& b : c.cdf) b.predicted = c.predicted_steps > 0 ? b.predicted / c.predicted_steps : 0.0;
+  if (server_metrics.contains("counters") && server_metrics["counters"].is_object()) {
+    const nlohmann::json& counters = server_metrics["counters"];
+    if (counters.contains("vllm:num_preemptions_total") && counters["vllm:num_preemptions_total"].is_number())
+      c.measured_preemptions = counters["vllm:num_preemptions_total"].get<double>();
+  }
+  c.predicted_preemptions = double(predicted_preemptions);
+  return c;
+}
+
+nlohmann::json server_steps_json(const ServerStepsComparison& c) {
+  nlohmann::json cdf = nlohmann::json::array();
+  for (const ServerStepsComparison::Bound& b : c.cdf)
+    cdf.push_back({{"le", std::isinf(b.le) ? nlohmann::json("+Inf") : nlohmann::json(b.le)},
+                   {"measured", b.measured},
+                   {"predicted", b.predicted}});
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  return {{"steps", pair_json(c.measured_steps, c.predicted_steps)},
+          {"tokens_per_step_mean",
+           pair_json(c.measured_steps > 0 ? c.measured_tokens / c.measured_steps : nan,
+                     c.predicted_steps > 0 ? c.predicted_tokens / c.predicted_steps : nan)},
+          {"preemptions", c.measured_preemptions ? pair_json(*c.measured_preemptions, c.predicted_preemptions)
+                                                 : nlohmann::json(nullptr)},
+          {"tokens_per_step_cdf", cdf},
+          {"meaning",
+           "the server's engine steps during the run (its vllm:iteration_tokens_total histogram's change, scraped by "
+           "bench) beside the prediction's iterations: their number, their mean tokens, and the fraction of steps "
+           "with at most le tokens"}};
+}
+
+std::string format_server_steps(const ServerStepsComparison& c) {
+  auto pct = [](double e) { return std::isfinite(e) ? fmt::format("{:+.1f}%", e * 100) : std::string("-"); };
+  const double m_mean = c.measured_steps > 0 ? c.measured_tokens / c.measured_steps : 0;
+  const double p_mean = c.predicted_steps > 0 ? c.predicted_tokens / c.predicted_steps : 0;
+  std::string t = "  server steps (its vllm:iteration_tokens_total; error = predicted / measured - 1)\n";
+  t += fmt::format("    steps {:.0f} measured, {:.0f} predicted ({}); tokens per step {:.1f} measured, {:.1f} "
+                   "predicted ({})\n",
+                   c.measured_steps, c.predicted_steps, pct(rel_error(c.predicted_steps, c.measured_steps)), m_mean,
+                   p_mean, pct(rel_error(p_mean, m_mean)));
+  if (c.measured_preemptions)
+    t += fmt::format("    preemptions {:.0f} measured, {:.0f} predicted\n", *c.measured_preemptions,
+                     c.predicted_preemptions);
+  t += "    steps with at most N tokens:";
+  for (const ServerStepsComparison::Bound& b : c.cdf) {
+    if (std::isinf(b.le)) continue;
+    if (b.measured >= 0.999 && b.predicted >= 0.999) break;
+    t += fmt::format(" {:g}: {:.0f}%/{:.0f}%", b.le, b.measured * 100, b.predicted * 100);
+  }
+  return t + " (measured/predicted)\n";
+}
+
+}  // namespace servesim
