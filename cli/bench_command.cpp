@@ -64,6 +64,8 @@ std::optional<std::string> check_server(const HttpEndpoint& endpoint, const po::
   return std::nullopt;
 }
 
+constexpr size_t kMaxGetBodyBytes = size_t(1) << 20;  // what http_get keeps of a body
+
 // The server's /metrics as samples; nullopt (and why, once, on stderr) where
 // it has none or answers something that is not the Prometheus text format.
 std::optional<std::vector<PromSample>> scrape_metrics(const HttpEndpoint& endpoint, const std::string& api_key,
@@ -72,6 +74,10 @@ std::optional<std::vector<PromSample>> scrape_metrics(const HttpEndpoint& endpoi
   std::string why;
   if (a.status != 200) {
     why = a.status == 0 ? a.error : fmt::format("HTTP {}", a.status);
+  } else if (!a.error.empty()) {
+    why = "the answer was cut off: " + a.error;
+  } else if (a.body.size() >= kMaxGetBodyBytes) {
+    why = "an answer of 1 MiB or more (http_get keeps only the first 1 MiB)";
   } else {
     try {
       return parse_prometheus_text(a.body);

@@ -328,6 +328,13 @@ RunRecords run_cluster_loop(std::span<const ServingReplica> replica_parts, Route
     rec.prefill_sequences = plan.num_prefill_sequences;
     rec.decode_sequences = plan.num_decode_sequences;
     rec.sampled_sequences = plan.num_sampling_sequences;
+    {
+      // A repeated step's members emit without on_tokens, one token each
+      // (repeats need one token per sequence); its joiners go through it.
+      const MetricsRecorder::StepTokens t = rep.recorder.take_step_tokens();
+      rec.emitted_tokens = repeat ? plan.num_sampling_sequences : int32_t(t.emitted);
+      rec.first_token_prompt_tokens = t.first_token_prompts;
+    }
     rec.prefix_hit_tokens = plan.num_prefix_hit_tokens;
     records.batch_tokens += rec.prefill_tokens + rec.decode_tokens;
     records.batch_sequences += rec.prefill_sequences + rec.decode_sequences;

@@ -28,8 +28,10 @@ void MetricsRecorder::on_first_scheduled(int64_t id) {
 
 void MetricsRecorder::on_tokens(int64_t id, int32_t tokens) {
   RequestRecord& r = records_.requests[size_t(id)];
+  step_tokens_.emitted += tokens;
   if (r.emissions == 0) {
     r.first_token_s = now_;
+    step_tokens_.first_token_prompts += r.prompt_tokens;
   } else {
     records_.itl_s.add(now_ - r.last_token_s);
   }

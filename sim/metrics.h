@@ -56,6 +56,11 @@ struct IterationRecord {
   int64_t kv_blocks_used = 0;  // after the iteration's allocations
   int32_t waiting = 0;         // queue length when it was scheduled
   int32_t replica = 0;         // the replica that ran it (--num-replicas)
+  // As vLLM V1's vllm:iteration_tokens_total counts a step (v1/metrics/
+  // stats.py): the tokens it emitted, and the whole prompts of the requests
+  // whose first token it emitted (not written to iterations.csv).
+  int32_t emitted_tokens = 0;
+  int64_t first_token_prompt_tokens = 0;
 };
 
 // What one replica of several did, beside its requests' records.
@@ -113,6 +118,17 @@ class MetricsRecorder final : public SchedulerListener {
   void on_repeated_step(double gap_s, int64_t sequences) { records_.itl_s.add_repeated(gap_s, sequences); }
   void on_repeated_tokens(int64_t id, int32_t tokens) override;
 
+  // Tokens emitted through on_tokens, and prompt tokens of the requests
+  // whose first token that was, since the last call.
+  struct StepTokens {
+    int64_t emitted = 0, first_token_prompts = 0;
+  };
+  StepTokens take_step_tokens() {
+    const StepTokens t = step_tokens_;
+    step_tokens_ = {};
+    return t;
+  }
+
   // Requests finished since the last call (closed-loop arrivals follow them).
   int64_t take_finished() {
     int64_t n = finished_since_;
@@ -127,6 +143,7 @@ class MetricsRecorder final : public SchedulerListener {
   double now_ = 0;
   int64_t finished_since_ = 0;
   std::vector<int64_t> completed_ids_;
+  StepTokens step_tokens_;
 };
 
 struct SloTargets {

@@ -40,7 +40,7 @@ std::optional<ServerStepsComparison> compare_server_steps(const nlohmann::json& 
   c.measured_tokens = count_field(it, "tokens", where);
   if (!it.contains("buckets") || !it["buckets"].is_array())
     throw InputError(fmt::format("{}: server_metrics.iteration_tokens.buckets must be an array", where));
-  double last_le = -1;
+  double last_le = -1, last_count = 0;
   for (const nlohmann::json& b : it["buckets"]) {
     const bool inf = b.is_object() && b.contains("le") && b["le"] == "+Inf";
     if (!b.is_object() || !b.contains("le") || (!inf && !b["le"].is_number()) || !b.contains("count") ||
@@ -48,25 +48,39 @@ std::optional<ServerStepsComparison> compare_server_steps(const nlohmann::json& 
       throw InputError(fmt::format("{}: each of server_metrics.iteration_tokens.buckets must be {{le, count}}", where));
     const double le = inf ? std::numeric_limits<double>::infinity() : b["le"].get<double>();
     const double count = b["count"].get<double>();
-    if (!(le > last_le) || !std::isfinite(count) || count < 0)
-      throw InputError(fmt::format("{}: server_metrics.iteration_tokens.buckets must ascend in le with counts >= 0",
+    if (!(le > last_le) || !std::isfinite(count) || count < last_count || count > c.measured_steps)
+      throw InputError(fmt::format("{}: server_metrics.iteration_tokens.buckets must ascend in le, with cumulative "
+                                   "counts from 0 to steps",
                                    where));
     last_le = le;
+    last_count = count;
     c.cdf.push_back({le, c.measured_steps > 0 ? count / c.measured_steps : 0.0, 0.0});
   }
-  // The prediction's steps, with the same bounds.
-  c.predicted_steps = double(predicted.iterations.size());
+  // The prediction's steps counted as vLLM counts them: those that emitted
+  // a token, each with its emitted tokens and the prompts of the requests
+  // whose first token it emitted.
   for (const IterationRecord& r : predicted.iterations) {
-    const double tokens = double(r.prefill_tokens) + r.decode_tokens;
+    if (r.emitted_tokens <= 0) continue;
+    const double tokens = double(r.first_token_prompt_tokens) + r.emitted_tokens;
+    c.predicted_steps += 1;
     c.predicted_tokens += tokens;
     for (ServerStepsComparison::Bound& b : c.cdf)
       if (tokens <= b.le) b.predicted += 1;
   }
   for (ServerStepsComparison::Bound& b : c.cdf) b.predicted = c.predicted_steps > 0 ? b.predicted / c.predicted_steps : 0.0;
-  if (server_metrics.contains("counters") && server_metrics["counters"].is_object()) {
+  if (!c.cdf.empty() && (!std::isinf(c.cdf.back().le) || last_count != c.measured_steps))
+    throw InputError(fmt::format("{}: server_metrics.iteration_tokens.buckets must end with le \"+Inf\" at steps",
+                                 where));
+  if (server_metrics.contains("counters")) {
     const nlohmann::json& counters = server_metrics["counters"];
-    if (counters.contains("vllm:num_preemptions_total") && counters["vllm:num_preemptions_total"].is_number())
-      c.measured_preemptions = counters["vllm:num_preemptions_total"].get<double>();
+    if (!counters.is_object()) throw InputError(fmt::format("{}: server_metrics.counters must be an object", where));
+    if (counters.contains("vllm:num_preemptions_total")) {
+      const nlohmann::json& n = counters["vllm:num_preemptions_total"];
+      if (!n.is_number() || !std::isfinite(n.get<double>()) || n.get<double>() < 0)
+        throw InputError(
+            fmt::format("{}: server_metrics.counters[\"vllm:num_preemptions_total\"] must be a number >= 0", where));
+      c.measured_preemptions = n.get<double>();
+    }
   }
   c.predicted_preemptions = double(predicted_preemptions);
   return c;

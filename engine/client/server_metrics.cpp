@@ -33,9 +33,12 @@ Totals totals_of(const std::vector<PromSample>& samples) {
     } else if (s.name == bucket) {
       const auto le = s.labels.find("le");
       if (le == s.labels.end()) continue;
-      char* end = nullptr;
-      const double bound = le->second == "+Inf" ? INFINITY : std::strtod(le->second.c_str(), &end);
-      if (le->second != "+Inf" && (end == le->second.c_str() || *end != '\0')) continue;
+      double bound = INFINITY;
+      if (le->second != "+Inf") {
+        const std::vector<PromSample> parsed = parse_prometheus_text("le " + le->second);  // the format's number rules
+        bound = parsed.empty() ? NAN : parsed.front().value;
+        if (!std::isfinite(bound)) continue;
+      }
       t.buckets[bound] += s.value;
     }
   }
@@ -51,14 +54,31 @@ ServerMetricsDelta server_metrics_delta(const std::vector<PromSample>& before, c
   ServerMetricsDelta d;
   for (const auto& [name, value] : a.counters) {
     const auto old = b.counters.find(name);
-    d.counters[name] = value - (old == b.counters.end() ? 0.0 : old->second);
+    const double change = value - (old == b.counters.end() ? 0.0 : old->second);
+    if (change >= 0)
+      d.counters[name] = change;
+    else
+      d.notes.push_back(name + " went down during the run (a restarted server?): left out");
   }
   if (a.steps && a.step_tokens) {
-    d.steps = *a.steps - b.steps.value_or(0);
-    d.step_tokens = *a.step_tokens - b.step_tokens.value_or(0);
+    std::vector<std::pair<double, double>> buckets;
+    bool reset = *a.steps < b.steps.value_or(0) || *a.step_tokens < b.step_tokens.value_or(0);
+    double last = 0;
     for (const auto& [le, count] : a.buckets) {
       const auto old = b.buckets.find(le);
-      d.step_buckets.emplace_back(le, count - (old == b.buckets.end() ? 0.0 : old->second));
+      const double change = count - (old == b.buckets.end() ? 0.0 : old->second);
+      reset = reset || change < last;  // cumulative counts never fall
+      last = change;
+      buckets.emplace_back(le, change);
+    }
+    const double steps = *a.steps - b.steps.value_or(0);
+    if (reset || buckets.empty() || !std::isinf(buckets.back().first) || buckets.back().second != steps) {
+      d.notes.push_back(std::string(kStepTokens) +
+                        " is not a whole histogram that grew during the run (a restarted server?): left out");
+    } else {
+      d.steps = steps;
+      d.step_tokens = *a.step_tokens - b.step_tokens.value_or(0);
+      d.step_buckets = std::move(buckets);
     }
   }
   return d;
@@ -80,6 +100,7 @@ nlohmann::json server_metrics_json(const ServerMetricsDelta& d, const std::strin
   return {{"source", source},
           {"counters", counters},
           {"iteration_tokens", steps},
+          {"notes", d.notes},
           {"meaning",
            "the server's own /metrics, scraped before the first request and after the last: each vLLM counter's "
            "change (summed over label sets) and the change of vllm:iteration_tokens_total, the tokens of each engine "

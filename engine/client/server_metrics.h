@@ -29,15 +29,20 @@ struct ServerMetricsDelta {
   // the cumulative count at each bucket bound (le, ascending; +Inf last).
   std::optional<double> steps, step_tokens;
   std::vector<std::pair<double, double>> step_buckets;
+  // What was left out: a counter that went down, a histogram that is not
+  // whole or went down (a server restarted between the scrapes).
+  std::vector<std::string> notes;
 };
 
 // The counters and the histogram after minus before (a series missing
-// before counts from 0).
+// before counts from 0). A counter that fell is left out; so is the
+// histogram where any of its series fell, or its buckets do not end at
+// +Inf with the count of steps.
 ServerMetricsDelta server_metrics_delta(const std::vector<PromSample>& before, const std::vector<PromSample>& after);
 
 // summary.json's server_metrics: {source, counters {name: delta},
 // iteration_tokens {steps, tokens, mean, buckets [{le, count}]} or null,
-// meaning}.
+// notes, meaning}.
 nlohmann::json server_metrics_json(const ServerMetricsDelta& d, const std::string& source);
 
 }  // namespace servesim

@@ -51,12 +51,15 @@ class OnlineEngine::Listener final : public SchedulerListener {
       live.first_token_s = now_;
       engine_.metrics_.observe_ttft(now_ - live.arrival_s);
       engine_.metrics_.add_prompt_tokens(live.prompt_tokens);
+      step_tokens_ += live.prompt_tokens;
     } else {
       engine_.metrics_.observe_inter_token(now_ - live.last_token_s);
     }
     live.last_token_s = now_;
     live.generated += n;
     engine_.metrics_.add_generation_tokens(n);
+    step_tokens_ += n;
+    emitted_ = emitted_ || n > 0;
     // The executor holds prompt + every sampled token; the newest n are new.
     if (const std::vector<int32_t>* tokens = engine_.executor_.tokens_of(id)) {
       const size_t from = tokens->size() >= size_t(n) ? tokens->size() - size_t(n) : 0;
@@ -65,6 +68,11 @@ class OnlineEngine::Listener final : public SchedulerListener {
     live.has_pending = true;
   }
   void on_finished(int64_t id) override { engine_.finished_ids_.push_back(id); }
+  // vLLM's tokens of the step (vllm:iteration_tokens_total, v1/metrics/stats.py):
+  // the whole prompt of each request whose first token it emitted, plus
+  // every token it emitted; a step that emitted nothing is not observed.
+  bool emitted() const { return emitted_; }
+  int64_t step_tokens() const { return step_tokens_; }
   void on_preempted(int64_t) override { engine_.metrics_.add_preemptions(1); }
   void on_prefix_cache_lookup(int64_t id, int32_t query, int32_t hit, bool readmission) override {
     if (readmission) return;  // vLLM counts preempted requests' lookups apart
@@ -75,6 +83,8 @@ class OnlineEngine::Listener final : public SchedulerListener {
  private:
   OnlineEngine& engine_;
   double now_;
+  int64_t step_tokens_ = 0;
+  bool emitted_ = false;
 };
 
 OnlineEngine::OnlineEngine(Scheduler& scheduler, ServedExecutor& executor, ServingMetrics& metrics,
@@ -218,11 +228,11 @@ void OnlineEngine::step() {
   result_.reset();
   executor_.execute(plan_, result_);
   clock_.advance(result_.duration_s);
-  if (!plan_.sequences.empty()) metrics_.observe_iteration_tokens(plan_.num_tokens());
   if (const SpeculativeStats* stats = executor_.speculative_stats()) metrics_.update_speculative(*stats);
   Listener completed(*this, clock_.now());
   finished_ids_.clear();
   scheduler_.complete(plan_, result_, completed);
+  if (completed.emitted()) metrics_.observe_iteration_tokens(completed.step_tokens());
   for (int64_t id : finished_ids_) {
     const Live& live = live_.at(id);
     finish(id, live.generated >= live.max_tokens ? "length" : "stop");

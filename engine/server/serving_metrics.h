@@ -39,7 +39,9 @@ class ServingMetrics {
     tpot_.observe(s);
   }
   void observe_finished(const FinishedRequestTimes& r);
-  // The tokens (prefill chunks' and decodes' query tokens) of one engine step.
+  // The tokens of one engine step that emitted tokens, as vLLM V1 counts
+  // them: the prompts of the requests whose first token it emitted, plus
+  // the tokens it emitted.
   void observe_iteration_tokens(int64_t n) { iteration_tokens_.observe(double(n)); }
   // vLLM V1's speculative-decoding counters (vllm:spec_decode_num_drafts,
   // _num_draft_tokens, _num_accepted_tokens, _num_accepted_tokens_per_pos

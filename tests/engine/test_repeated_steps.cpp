@@ -167,7 +167,23 @@ void require_identical(const Run& fast, const Run& full) {
     CHECK(x.prefix_hit_tokens == y.prefix_hit_tokens);
     CHECK(x.kv_blocks_used == y.kv_blocks_used);
     CHECK(x.waiting == y.waiting);
+    CHECK(x.emitted_tokens == y.emitted_tokens);
+    CHECK(x.first_token_prompt_tokens == y.first_token_prompt_tokens);
   }
+  // vLLM's step tokens add up to the requests': every emitted token once,
+  // every prompt once, at its first token (a recomputation after a
+  // preemption emits again but is not a first token).
+  int64_t emitted = 0, first_prompts = 0, tokens_emitted = 0, prompts = 0;
+  for (const IterationRecord& it : a.iterations) {
+    emitted += it.emitted_tokens;
+    first_prompts += it.first_token_prompt_tokens;
+  }
+  for (const RequestRecord& r : a.requests) {
+    tokens_emitted += r.tokens_emitted;
+    if (r.emissions > 0) prompts += r.prompt_tokens;
+  }
+  CHECK(emitted == tokens_emitted);
+  CHECK(first_prompts == prompts);
   CHECK(a.num_iterations == b.num_iterations);
   CHECK(a.batch_tokens == b.batch_tokens);
   CHECK(a.batch_sequences == b.batch_sequences);

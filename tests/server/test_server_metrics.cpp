@@ -76,6 +76,14 @@ TEST_CASE("bench: the server's counters and steps over a run, from its own expor
   CHECK(j["iteration_tokens"]["mean"].get<double>() == Approx(107));
   CHECK(j["iteration_tokens"]["buckets"].back()["le"] == "+Inf");
 
+  // A server restarted between the scrapes: what fell is left out, and said.
+  const ServerMetricsDelta restarted = server_metrics_delta(parse_prometheus_text(metrics.render()), before);
+  CHECK_FALSE(restarted.steps);
+  CHECK_FALSE(restarted.counters.count("vllm:prompt_tokens_total"));
+  CHECK(restarted.counters.at("vllm:num_preemptions_total") == 0);
+  REQUIRE(restarted.notes.size() == 3);  // prompt and generation tokens, the histogram
+  CHECK_THAT(server_metrics_json(restarted, "u")["notes"][2].get<std::string>(), Contains("restarted"));
+
   // A server without the histogram (an older vLLM): counters only.
   const ServerMetricsDelta counters_only = server_metrics_delta({}, parse_prometheus_text("vllm:prompt_tokens_total 4\n"));
   CHECK_FALSE(counters_only.steps);

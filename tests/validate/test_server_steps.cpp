@@ -9,12 +9,19 @@ using namespace servesim;
 
 namespace {
 
+// Steps that emit one token each, with a prompt of n - 1 tokens reaching
+// its first token where n > 1; and a prefill chunk that emits nothing,
+// which vLLM does not count as a step.
 RunRecords predicted_steps(std::initializer_list<int> tokens) {
   RunRecords r;
+  IterationRecord chunk;
+  chunk.prefill_tokens = 512;
+  r.iterations.push_back(chunk);
   for (int n : tokens) {
     IterationRecord it;
-    it.decode_tokens = n % 2;
-    it.prefill_tokens = n - n % 2;
+    it.emitted_tokens = 1;
+    it.first_token_prompt_tokens = n - 1;
+    it.prefill_tokens = 99;  // a step's query tokens are not what vLLM counts
     r.iterations.push_back(it);
   }
   return r;
@@ -62,5 +69,13 @@ TEST_CASE("server steps: absent is nothing, malformed is refused by name") {
   refused(measured(1, 1, nlohmann::json::object()), "buckets must be an array");
   refused(measured(1, 1, {{{"le", 8}}}), "must be {le, count}");
   refused(measured(1, 1, {{{"le", 8}, {"count", 1}}, {{"le", 4}, {"count", 1}}}), "must ascend");
-  refused(measured(1, 1, {{{"le", 8}, {"count", -1}}}), "must ascend in le with counts >= 0");
+  refused(measured(1, 1, {{{"le", 8}, {"count", -1}}}), "cumulative counts from 0 to steps");
+  refused(measured(1, 1, {{{"le", 8}, {"count", 2}}}), "cumulative counts from 0 to steps");
+  refused(measured(2, 1, {{{"le", 8}, {"count", 2}}}), "must end with le \"+Inf\" at steps");
+  refused(measured(2, 1, {{{"le", 8}, {"count", 1}}, {{"le", "+Inf"}, {"count", 1}}}), "must end with le \"+Inf\" at steps");
+  nlohmann::json bad_counters = measured(1, 1, {{{"le", "+Inf"}, {"count", 1}}});
+  bad_counters["counters"] = 3;
+  refused(bad_counters, "server_metrics.counters must be an object");
+  bad_counters["counters"] = {{"vllm:num_preemptions_total", "x"}};
+  refused(bad_counters, "num_preemptions_total\"] must be a number");
 }
