@@ -104,16 +104,22 @@ def serve(work):
         return "serve: no result"
     out = ["\nserve --device cuda, bench over loopback, validate --measured (target: within 10%)\n",
            "| load | completed | client - server TTFT mean | TTFT p50 | TTFT p90 | TPOT p50 | TPOT p90 | "
-           "server steps MAPE (floor) | TPOT p50 on the server's steps |",
-           "|---|---|---|---|---|---|---|---|---|"]
+           "server steps MAPE (floor) | TPOT p50 on the server's steps | steps measured / predicted |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
     for r in csv.DictReader(open(path)):
         f = lambda k: f"{100 * float(r[k]):+.1f}%" if r.get(k) else "-"
         gap = float(r["client_ttft_mean_ms"]) - float(r["server_ttft_mean_ms"])
         steps = (f"{100 * float(r['iteration_mape_all']):.1f}% ({100 * float(r['iteration_floor']):.1f}%)"
                  if r.get("iteration_mape_all") else "-")
+        counted = "-"
+        report = os.path.join(os.path.dirname(path), r["report"])
+        if os.path.exists(report):
+            compared = json.load(open(report)).get("server_steps")
+            if compared:
+                counted = f"{compared['steps']['measured']:.0f} / {compared['steps']['predicted']:.0f}"
         out.append(f"| {r['load']} ({r['rate']}/s) | {r['completed']}/{r['requests']} | {gap:.2f} ms | "
                    f"{f('ttft_s_p50_error')} | {f('ttft_s_p90_error')} | {f('tpot_s_p50_error')} | "
-                   f"{f('tpot_s_p90_error')} | {steps} | {f('tpot_s_p50_replayed_error')} |")
+                   f"{f('tpot_s_p90_error')} | {steps} | {f('tpot_s_p50_replayed_error')} | {counted} |")
     return "\n".join(out)
 
 
