@@ -10,9 +10,12 @@ namespace servesim {
 namespace {
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 nlohmann::json number(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
-std::string pct(double e) { return std::isfinite(e) ? fmt::format("{:+.1f}%", e * 100) : std::string("-"); }
 std::string abs_pct(double e) { return std::isfinite(e) ? fmt::format("{:.1f}%", e * 100) : std::string("-"); }
 }  // namespace
+
+std::string format_rel_error(double e) {
+  return std::isfinite(e) ? fmt::format("{:+.1f}%", e * 100) : std::string("-");
+}
 
 double rel_error(double predicted, double measured) {
   if (!(measured > 0)) return kNaN;
@@ -78,7 +81,8 @@ nlohmann::json iteration_mape_json(const IterationErrors& e, double floor) {
           {"decode", number(e.decode.mape)},
           {"prefill", number(e.prefill.mape)},
           {"mixed", number(e.mixed.mape)},
-          {"counts", {{"all", e.all.count}, {"decode", e.decode.count}, {"prefill", e.prefill.count}, {"mixed", e.mixed.count}}},
+          {"counts",
+           {{"all", e.all.count}, {"decode", e.decode.count}, {"prefill", e.prefill.count}, {"mixed", e.mixed.count}}},
           {"bias",
            {{"all", number(e.all.bias)}, {"decode", number(e.decode.bias)}, {"prefill", number(e.prefill.bias)},
             {"mixed", number(e.mixed.bias)}}},
@@ -88,7 +92,8 @@ nlohmann::json iteration_mape_json(const IterationErrors& e, double floor) {
 std::string format_iteration_errors(const IterationErrors& e, double floor) {
   std::string t;
   auto klass = [&](const char* name, const ClassError& c) {
-    t += fmt::format("    {:<8} {:>7} ({:>7})  {:>6} iterations\n", name, abs_pct(c.mape), pct(c.bias), c.count);
+    t += fmt::format("    {:<8} {:>7} ({:>7})  {:>6} iterations\n", name, abs_pct(c.mape), format_rel_error(c.bias),
+                     c.count);
   };
   klass("all", e.all);
   klass("decode", e.decode);

@@ -15,6 +15,8 @@ namespace servesim {
 
 // predicted / measured - 1 (positive: over-prediction); NaN when measured <= 0.
 double rel_error(double predicted, double measured);
+// A relative error as the tables print it: "+4.2%", "-" when not finite.
+std::string format_rel_error(double e);
 
 struct ClassError {
   double mape = 0;  // mean of |predicted - measured| / measured; NaN when count == 0

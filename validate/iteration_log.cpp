@@ -15,7 +15,6 @@
 namespace servesim {
 namespace {
 
-std::string pct(double e) { return std::isfinite(e) ? fmt::format("{:+.1f}%", e * 100) : std::string("-"); }
 
 // Tokens a logged sequence emitted in its step (-1: one where it samples).
 int32_t emitted_by(const RecordedSequence& s) { return s.emitted_tokens >= 0 ? s.emitted_tokens : s.samples ? 1 : 0; }
@@ -141,8 +140,8 @@ std::string format_logged_iteration_check(const LoggedIterationCheck& c) {
   t += fmt::format(
       "    TPOT of its {} requests, the server's steps each at its predicted cost (ms): P50 {:.2f} -> {:.2f} "
       "({}), P90 {:.2f} -> {:.2f} ({})\n",
-      m.count, m.p50 * 1e3, r.p50 * 1e3, pct(rel_error(r.p50, m.p50)), m.p90 * 1e3, r.p90 * 1e3,
-      pct(rel_error(r.p90, m.p90)));
+      m.count, m.p50 * 1e3, r.p50 * 1e3, format_rel_error(rel_error(r.p50, m.p50)), m.p90 * 1e3, r.p90 * 1e3,
+      format_rel_error(rel_error(r.p90, m.p90)));
   if (c.truncated_last_line) t += "  note: the log's last line was cut off (the server stopped mid-write): dropped\n";
   return t + format_shape_breakdown(c.shapes);
 }

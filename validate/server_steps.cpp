@@ -14,7 +14,8 @@ namespace {
 nlohmann::json number(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
 
 double count_field(const nlohmann::json& j, const char* field, const std::string& where) {
-  if (!j.contains(field) || !j[field].is_number() || !std::isfinite(j[field].get<double>()) || j[field].get<double>() < 0)
+  if (!j.contains(field) || !j[field].is_number() || !std::isfinite(j[field].get<double>()) ||
+      j[field].get<double>() < 0)
     throw InputError(fmt::format("{}: server_metrics.iteration_tokens.{} must be a finite number >= 0", where, field));
   return j[field].get<double>();
 }
@@ -67,7 +68,8 @@ std::optional<ServerStepsComparison> compare_server_steps(const nlohmann::json& 
     for (ServerStepsComparison::Bound& b : c.cdf)
       if (tokens <= b.le) b.predicted += 1;
   }
-  for (ServerStepsComparison::Bound& b : c.cdf) b.predicted = c.predicted_steps > 0 ? b.predicted / c.predicted_steps : 0.0;
+  for (ServerStepsComparison::Bound& b : c.cdf)
+    b.predicted = c.predicted_steps > 0 ? b.predicted / c.predicted_steps : 0.0;
   if (!c.cdf.empty() && (!std::isinf(c.cdf.back().le) || last_count != c.measured_steps))
     throw InputError(fmt::format("{}: server_metrics.iteration_tokens.buckets must end with le \"+Inf\" at steps",
                                  where));
@@ -107,14 +109,14 @@ nlohmann::json server_steps_json(const ServerStepsComparison& c) {
 }
 
 std::string format_server_steps(const ServerStepsComparison& c) {
-  auto pct = [](double e) { return std::isfinite(e) ? fmt::format("{:+.1f}%", e * 100) : std::string("-"); };
   const double m_mean = c.measured_steps > 0 ? c.measured_tokens / c.measured_steps : 0;
   const double p_mean = c.predicted_steps > 0 ? c.predicted_tokens / c.predicted_steps : 0;
   std::string t = "  server steps (its vllm:iteration_tokens_total; error = predicted / measured - 1)\n";
   t += fmt::format("    steps {:.0f} measured, {:.0f} predicted ({}); tokens per step {:.1f} measured, {:.1f} "
                    "predicted ({})\n",
-                   c.measured_steps, c.predicted_steps, pct(rel_error(c.predicted_steps, c.measured_steps)), m_mean,
-                   p_mean, pct(rel_error(p_mean, m_mean)));
+                   c.measured_steps, c.predicted_steps,
+                   format_rel_error(rel_error(c.predicted_steps, c.measured_steps)), m_mean, p_mean,
+                   format_rel_error(rel_error(p_mean, m_mean)));
   if (c.measured_preemptions)
     t += fmt::format("    preemptions {:.0f} measured, {:.0f} predicted\n", *c.measured_preemptions,
                      c.predicted_preemptions);

@@ -14,9 +14,11 @@ namespace {
 bool name_start(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_' || c == ':'; }
 bool name_char(char c) { return name_start(c) || std::isdigit(static_cast<unsigned char>(c)); }
 
+}  // namespace
+
 // The format's three special values, then a C number (strtod would also
 // take hexadecimal and "infinity", which the format does not write).
-double parse_value(std::string_view v, int64_t line) {
+double parse_prometheus_number(std::string_view v) {
   if (v == "+Inf" || v == "Inf") return std::numeric_limits<double>::infinity();
   if (v == "-Inf") return -std::numeric_limits<double>::infinity();
   if (v == "NaN") return std::numeric_limits<double>::quiet_NaN();
@@ -25,11 +27,9 @@ double parse_value(std::string_view v, int64_t line) {
   char* end = nullptr;
   const double x = plain ? std::strtod(s.c_str(), &end) : 0;
   if (!plain || end != s.c_str() + s.size())
-    throw std::invalid_argument(fmt::format("line {}: '{}' is not a sample value", line, s.substr(0, 40)));
+    throw std::invalid_argument(fmt::format("'{}' is not a sample value", s.substr(0, 40)));
   return x;
 }
-
-}  // namespace
 
 std::vector<PromSample> parse_prometheus_text(std::string_view text) {
   std::vector<PromSample> out;
@@ -86,7 +86,11 @@ std::vector<PromSample> parse_prometheus_text(std::string_view text) {
     while (i < line.size() && (line[i] == ' ' || line[i] == '\t')) ++i;
     size_t value_end = i;
     while (value_end < line.size() && line[value_end] != ' ' && line[value_end] != '\t') ++value_end;
-    s.value = parse_value(line.substr(i, value_end - i), line_number);
+    try {
+      s.value = parse_prometheus_number(line.substr(i, value_end - i));
+    } catch (const std::invalid_argument& e) {
+      fail(e.what());
+    }
     out.push_back(std::move(s));
   }
   return out;

@@ -23,4 +23,9 @@ struct PromSample {
 // without quotes, a value that is not a number.
 std::vector<PromSample> parse_prometheus_text(std::string_view text);
 
+// One number as the format writes it (a sample value, or a label value such
+// as a histogram's le): +Inf, -Inf, NaN or a decimal float. Throws
+// std::invalid_argument naming it otherwise.
+double parse_prometheus_number(std::string_view v);
+
 }  // namespace servesim

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
+#include <stdexcept>
 
 namespace servesim {
 namespace {
@@ -35,8 +35,11 @@ Totals totals_of(const std::vector<PromSample>& samples) {
       if (le == s.labels.end()) continue;
       double bound = INFINITY;
       if (le->second != "+Inf") {
-        const std::vector<PromSample> parsed = parse_prometheus_text("le " + le->second);  // the format's number rules
-        bound = parsed.empty() ? NAN : parsed.front().value;
+        try {
+          bound = parse_prometheus_number(le->second);
+        } catch (const std::invalid_argument&) {
+          continue;
+        }
         if (!std::isfinite(bound)) continue;
       }
       t.buckets[bound] += s.value;
