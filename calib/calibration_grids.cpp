@@ -17,6 +17,9 @@ namespace {
 // Full CPU grids time every token count and every sampling row count up to
 // this one (see dense_then_doubling).
 constexpr int64_t kDenseTokens = 64;
+// Quick CPU grids time every token count and LM-head row count up to this
+// one: the decode batches a served step mostly runs.
+constexpr int64_t kQuickDenseTokens = 32;
 
 // ------------------------------------------------------------------ grids ---
 
@@ -65,6 +68,15 @@ std::vector<int64_t> half_octaves_then_doubling(int64_t dense, int64_t hi) {
   } else if (v.back() != top) {
     v.push_back(top);
   }
+  return v;
+}
+
+// Every count 1 .. dense, then the values of `then` above it, all up to hi.
+std::vector<int64_t> dense_then(int64_t dense, std::initializer_list<int64_t> then, int64_t hi) {
+  std::vector<int64_t> v;
+  for (int64_t x = 1; x <= std::min(dense, hi); ++x) v.push_back(x);
+  for (int64_t x : then)
+    if (x > dense && x <= hi) v.push_back(x);
   return v;
 }
 
@@ -136,22 +148,27 @@ CalibrationGrids calibration_grids(const CalibrationOptions& o) {
 
   CalibrationGrids g;
   if (quick) {
-    // The CPU's matmul changes kernel at M = 8 (dense_then_doubling): quick
-    // times both sides of the change, or the decode-step factor g(B), which
-    // is linear between its batch sizes, cannot follow the step in cost and
-    // steps of 5-15 sequences come out up to 10% wrong
-    // (experiments/results/heldout/README.md).
+    // The CPU's matmul costs no power law between decode batch sizes
+    // (dense_then_doubling: its kernel change at M = 8, M = 3 costing about
+    // M = 4, Eigen's saw-tooth of period 4 above), and the decode-step
+    // factor g(B), linear between 1, 2, 4, 8, 16 and 32, cannot follow that
+    // either: quick times every M a decode step of up to 32 sequences runs
+    // (docs/calibration.md#grids: what sparser grids got wrong). Elementwise
+    // and sampling costs are near-linear; sparse grids lose nothing there.
+    // Every axis is sorted and rid of repeats below.
     g.tokens = device.cuda ? capped({1, 4, 16, 64, 256}, max_tokens)
-                           : capped({1, 2, 4, 7, 8, 12, 16, 64, 256}, max_tokens);
+                           : dense_then(kQuickDenseTokens, {64, 256}, max_tokens);
     g.tokens.push_back(max_tokens);
+    g.elementwise_tokens = device.cuda ? g.tokens : capped({1, 2, 4, 8, 16, 64, 256}, max_tokens);
+    g.elementwise_tokens.push_back(max_tokens);
     g.prefill_query = capped({16, 128, 512}, max_tokens);
     g.prefill_cached = {0, std::min<int64_t>(256, max_context) - 1, max_context - 1};
     g.decode_batch = capped({1, 8, 32}, o.max_num_seqs);
     if (device.cuda) g.decode_batch.push_back(o.max_num_seqs);  // a GPU batches every running sequence
-    g.lm_head_rows = device.cuda ? capped({1, 8, 64}, max_rows) : capped({1, 2, 4, 7, 8, 16, 64}, max_rows);
+    g.lm_head_rows = device.cuda ? capped({1, 8, 64}, max_rows) : dense_then(kQuickDenseTokens, {64}, max_rows);
     g.lm_head_rows.push_back(max_rows);
-    g.elementwise_tokens = g.tokens;
-    g.sampling_rows = g.lm_head_rows;
+    g.sampling_rows = device.cuda ? g.lm_head_rows : capped({1, 2, 4, 8, 16, 64}, max_rows);
+    g.sampling_rows.push_back(max_rows);
   } else {
     // cuBLAS changes tiles at multiples of 64 and more: doubling suffices there.
     g.tokens = device.cuda ? doubling(1, max_tokens) : dense_then_doubling(kDenseTokens, max_tokens);

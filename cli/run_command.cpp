@@ -13,6 +13,7 @@
 #include "engine/decoder_run.h"
 #include "sim/errors.h"
 #include "sim/report.h"
+#include "validate/iteration_log.h"
 
 namespace servesim::cli {
 
@@ -20,7 +21,11 @@ int run_command(int argc, const char* const* argv) {
   po::options_description general(
       "servesim run: serve a workload for real with the built-in decoder (same scheduler and "
       "outputs as simulate, measured times)\n\nGeneral", kHelpWidth);
-  general.add_options()("help,h", "show this help");
+  general.add_options()("help,h", "show this help")
+      ("iteration-log", po::value<std::string>(),
+       "write every iteration the engine executes (its sequences' query and cached tokens, the measured seconds) "
+       "to this file, one JSON line each, as `servesim serve --iteration-log` does; `servesim validate --measured "
+       "OUT --iteration-log FILE` then costs the same iterations with any profile (docs/validation.md)");
   add_engine_options(general);
   add_speculative_engine_options(general);
   const WorkloadDefaults defaults = engine_workload_defaults();
@@ -41,10 +46,21 @@ int run_command(int argc, const char* const* argv) {
   auto ready = [&](const std::string& what) {
     if (!quiet) std::fprintf(stderr, "run: %s\n", what.c_str());
   };
+  // Checked before the weights load; truncated only once they have.
+  const std::string log_path = vm.count("iteration-log") ? vm["iteration-log"].as<std::string>() : "";
+  if (!log_path.empty()) check_writable(log_path);
+  IterationLogObserver iteration_log;
   EngineRunOptions run;
   run.progress = progress_printer("run", quiet);
-  run.on_ready = ready;
+  run.on_ready = [&](const std::string& what) {
+    if (!log_path.empty()) iteration_log.open(log_path);
+    ready(what);
+  };
+  if (!log_path.empty()) run.observers.push_back(&iteration_log);
   EngineOutput out = run_engine(setup, workload, run);
+  if (iteration_log.writer() && !quiet)
+    std::fprintf(stderr, "run: %lld iterations logged to %s\n", static_cast<long long>(iteration_log.writer()->lines()),
+                 log_path.c_str());
   if (!quiet && stderr_is_terminal()) std::fprintf(stderr, "\n");
 
   const nlohmann::json summary = summary_to_json(out.summary, setup.slo, engine_setup_to_json(setup, out));

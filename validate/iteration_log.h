@@ -10,11 +10,13 @@
 
 #include <cstdint>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "engine/serving_loop.h"
 #include "sim/cost/cost_models.h"
 #include "sim/iteration_plan.h"
 #include "sim/stats.h"
@@ -44,6 +46,23 @@ class IterationLogWriter {
   int64_t lines_ = 0;
   bool failed_ = false;
 };
+// The same log from a run of the serving loop (`servesim run
+// --iteration-log FILE`): each iteration as it ends, with its start on the
+// run's clock. The writer is made by open(), once the decoder has loaded, so
+// that a run refused before then leaves an earlier log as it was.
+class IterationLogObserver final : public LoopObserver {
+ public:
+  void open(const std::string& path) { writer_ = std::make_unique<IterationLogWriter>(path); }
+  void after_iteration(const IterationPlan& plan, const IterationResult& result,
+                       const IterationRecord& record) override {
+    if (writer_) writer_->write(plan, result, record.start_s);
+  }
+  const IterationLogWriter* writer() const { return writer_.get(); }
+
+ private:
+  std::unique_ptr<IterationLogWriter> writer_;
+};
+
 // Throws InputError when `path` cannot be opened for writing, without
 // truncating or otherwise changing a file that is there (it may create an
 // empty one): a check before a writer is made.

@@ -6,9 +6,11 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -275,15 +277,27 @@ TEST_CASE("Calibration grids follow the documented rules") {
   SECTION("quick") {
     o.quick = true;
     const CalibrationGrids g = calibration_grids(o);
-    // Both sides of the CPU matmul's kernel change at M = 8.
-    CHECK(g.tokens == std::vector<int64_t>{1, 2, 4, 7, 8, 12, 16, 64, 256, 2048});
+    // Every M a decode step of up to 32 sequences runs (the CPU matmul's
+    // costs between them are no power law), then sparse.
+    std::vector<int64_t> dense(32);
+    std::iota(dense.begin(), dense.end(), int64_t{1});
+    auto with = [&](std::initializer_list<int64_t> more) {
+      std::vector<int64_t> v = dense;
+      v.insert(v.end(), more);
+      return v;
+    };
+    CHECK(g.tokens == with({64, 256, 2048}));
     CHECK(g.prefill_query == std::vector<int64_t>{16, 128, 512});
     CHECK(g.prefill_cached == std::vector<int64_t>{0, 255, 1023});
     CHECK(g.decode_batch == std::vector<int64_t>{1, 8, 32});
     CHECK(g.decode_context == std::vector<int64_t>{16, 128, 1024});
-    CHECK(g.lm_head_rows == std::vector<int64_t>{1, 2, 4, 7, 8, 16, 64, 256});
-    CHECK(g.sampling_rows == g.lm_head_rows);
-    CHECK(g.elementwise_tokens == g.tokens);
+    CHECK(g.lm_head_rows == with({64, 256}));
+    CHECK(g.sampling_rows == std::vector<int64_t>{1, 2, 4, 8, 16, 64, 256});
+    CHECK(g.elementwise_tokens == std::vector<int64_t>{1, 2, 4, 8, 16, 64, 256, 2048});
+    // The decode-step factor's batch sizes are table points: g(B) corrects
+    // the tables where they were measured, not where they interpolate.
+    for (int64_t b : {1, 2, 4, 8, 16, 32})
+      CHECK(std::find(g.tokens.begin(), g.tokens.end(), b) != g.tokens.end());
   }
   SECTION("small limits cap every axis and keep it ascending") {
     o.quick = true;
@@ -291,13 +305,16 @@ TEST_CASE("Calibration grids follow the documented rules") {
     o.max_context = 10;
     o.max_num_seqs = 5;
     const CalibrationGrids g = calibration_grids(o);
-    CHECK(g.tokens == std::vector<int64_t>{1, 2, 4, 7, 8, 12, 16, 64, 100});
+    CHECK(g.tokens.size() == 34);  // 1 .. 32, 64, 100
+    CHECK(g.tokens[31] == 32);
+    CHECK(g.tokens.back() == 100);
+    CHECK(g.elementwise_tokens == std::vector<int64_t>{1, 2, 4, 8, 16, 64, 100});
     CHECK(g.prefill_query == std::vector<int64_t>{16, 100});
     CHECK(g.prefill_cached == std::vector<int64_t>{0, 9});
     CHECK(g.decode_batch == std::vector<int64_t>{1, 5});
     CHECK(g.decode_context == std::vector<int64_t>{10});
     CHECK(g.sampling_rows == std::vector<int64_t>{1, 2, 4, 5});
-    CHECK(g.lm_head_rows == g.sampling_rows);
+    CHECK(g.lm_head_rows == std::vector<int64_t>{1, 2, 3, 4, 5});
   }
   SECTION("the longest decode context keeps the largest cell's KV within 2 GiB") {
     o.model = resolve_model("llama-3.1-8b");  // 8 KiB of K and V per token and layer
@@ -327,6 +344,9 @@ TEST_CASE("Calibration grids on cuda: the decode batch reaches max_num_seqs, bf1
     o.quick = true;
     const CalibrationGrids g = calibration_grids(o);
     CHECK(g.tokens == std::vector<int64_t>{1, 4, 16, 64, 256, 2048});
+    CHECK(g.elementwise_tokens == g.tokens);
+    CHECK(g.lm_head_rows == std::vector<int64_t>{1, 8, 64, 256});
+    CHECK(g.sampling_rows == g.lm_head_rows);
     CHECK(g.decode_batch == std::vector<int64_t>{1, 8, 32, 256});
     CHECK(g.decode_context == std::vector<int64_t>{16, 128, 1024});
   }
