@@ -35,9 +35,13 @@ int repetitions_of(const CalibrationOptions& o) { return o.repetitions > 0 ? o.r
 // The decode steps' context: around 128 tokens, within the calibration's.
 int64_t step_cached_of(const CalibrationOptions& o) { return std::min<int64_t>(128, max_context_of(o)) - 1; }
 
+// The decode-step factor's batch sizes. 3 among them: the GEMM tables cost
+// M = 3 about as M = 4 (the kernel benchmarks' step), a served step of 3
+// sequences costs between those of 2 and 4, and g(B) is linear between its
+// batch sizes (docs/calibration.md#grids).
 std::vector<int64_t> step_batches_of(const CalibrationOptions& o) {
   std::vector<int64_t> v;
-  for (int64_t b : {1, 2, 4, 8, 16, 32})
+  for (int64_t b : {1, 2, 3, 4, 8, 16, 32})
     if (b <= o.max_num_seqs) v.push_back(b);
   return v;
 }

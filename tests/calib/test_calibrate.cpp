@@ -507,21 +507,21 @@ TEST_CASE("A full calibration times the whole model at its moments, and the hook
   REQUIRE(p.gemm_factor.x == std::vector<double>{32});
   CHECK(p.gemm_factor.factor == expected.gemm_factor.factor);
 
-  // The decode steps too: 1, 2 and 4 sequences (max_num_seqs 4) at each of
+  // The decode steps too: 1, 2, 3 and 4 sequences (max_num_seqs 4) at each of
   // the 7 in-situ moments; the factor is the median over the kept ones of
   // measured / predicted, each finite and positive.
   const nlohmann::json& steps = p.metadata.at("decode_in_situ");
-  CHECK(steps.at("sequences") == nlohmann::json({1, 2, 4}));
+  CHECK(steps.at("sequences") == nlohmann::json({1, 2, 3, 4}));
   // Steps 5-8 after the in-situ prefills: the steady ones, not the first.
   CHECK(steps.at("warm_up_steps") == 4);
   CHECK(steps.at("timed_steps") == 4);
   CHECK(steps.at("moments").get<std::vector<size_t>>() == in_situ);
   REQUIRE(steps.at("seconds_median").size() == in_situ.size());
   for (const auto& moment : steps.at("seconds_median")) {
-    REQUIRE(moment.size() == 3);
+    REQUIRE(moment.size() == 4);
     for (double s : moment.get<std::vector<double>>()) CHECK(s > 0);
   }
-  REQUIRE(p.decode_step_factor.x == std::vector<double>{1, 2, 4});
+  REQUIRE(p.decode_step_factor.x == std::vector<double>{1, 2, 3, 4});
   for (double f : p.decode_step_factor.factor) CHECK((std::isfinite(f) && f > 0.1 && f < 10));
 }
 
