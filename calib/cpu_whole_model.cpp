@@ -35,10 +35,10 @@ int repetitions_of(const CalibrationOptions& o) { return o.repetitions > 0 ? o.r
 // The decode steps' context: around 128 tokens, within the calibration's.
 int64_t step_cached_of(const CalibrationOptions& o) { return std::min<int64_t>(128, max_context_of(o)) - 1; }
 
-// The decode-step factor's batch sizes. 3 among them: the GEMM tables cost
-// M = 3 about as M = 4 (the kernel benchmarks' step), a served step of 3
-// sequences costs between those of 2 and 4, and g(B) is linear between its
-// batch sizes (docs/calibration.md#grids).
+// The decode-step factor's batch sizes. 3 among them: the GEMM benchmarks
+// cost M = 3 close to M = 4, served steps of 3 sequences do not follow them
+// as far, and g(B), linear between its batch sizes, corrects the tables only
+// where it was measured (docs/calibration.md#why-quick-times-every-m-to-32).
 std::vector<int64_t> step_batches_of(const CalibrationOptions& o) {
   std::vector<int64_t> v;
   for (int64_t b : {1, 2, 3, 4, 8, 16, 32})

@@ -11,7 +11,7 @@ A bias that follows B at every context and placement is the model's; one
 that follows the placement is the host's.
 
 Usage: experiments/diagnostics/decode_shape_grid.py --profile P [--servesim BIN]
-       [--batches 1,2,4,8,16] [--prompts 32,256,640] [--output 48] [--out DIR] [--json]
+       [--batches 1,2,4,8,16] [--prompts 32,256,640] [--output 48] [--threads N] [--out DIR] [--json]
 """
 import argparse
 import csv
@@ -37,6 +37,7 @@ def main():
     ap.add_argument("--prompts", type=ints, default=[32, 256, 640])
     ap.add_argument("--output", type=int, default=48)
     ap.add_argument("--host-drift", default="report", choices=["off", "report"])
+    ap.add_argument("--threads", type=int, help="decoder threads (default: validate's); the profile's own")
     ap.add_argument("--out", default="/tmp/decode_shape_grid")
     ap.add_argument("--json", action="store_true")
     opts = ap.parse_args()
@@ -49,6 +50,8 @@ def main():
                    "--mode", "replay", "--scheduler", "continuous", "--arrival", "closed", "--concurrency", str(b),
                    "--num-requests", str(2 * b), "--prompt-len", f"fixed:{p}", "--output-len", f"fixed:{opts.output}",
                    "--predict-draws", "1", "--host-drift", opts.host_drift, "--quiet", "--out", folder]
+            if opts.threads:
+                cmd += ["--threads", str(opts.threads)]
             print("$ " + " ".join(cmd), file=sys.stderr, flush=True)
             if subprocess.run(cmd, stdout=subprocess.DEVNULL).returncode != 0:
                 sys.exit(f"failed: {' '.join(cmd)}")

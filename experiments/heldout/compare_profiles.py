@@ -18,22 +18,31 @@ calibrates one here instead (MODE full or quick, with --threads).
 --thin NAME=SOURCE:TOKENS[:ROWS] adds SOURCE's profile with its GEMM (and
 elementwise) tables kept at TOKENS only and its LM-head (and sampling)
 tables at ROWS only, every point above 64 kept: what a sparser grid of the
-same calibration would have measured (the decode-step factor is measured at
-points every grid keeps, so it is the same).
+same calibration would have measured, as long as TOKENS keeps the batch
+sizes the decode-step factor was measured at (the factor is measured
+against the tables there; a warning names any that TOKENS drops).
 
 Writes into --out: summary.csv (a row per workload and profile), shapes.csv
-(the buckets), workloads.jsonl, metadata.json, the profiles it made, and per
-workload the run (requests.csv, summary.json, iteration_log.jsonl) and one
-validate folder per profile (report.json, iteration_breakdown.csv).
+(the buckets), by_batch.csv (decode iterations by their exact number of
+sequences, all workloads together: per profile the median predicted /
+measured, and predicted / the first profile's predicted on the same
+iterations), workloads.jsonl, metadata.json, the profiles it made, and per
+workload the run (requests.csv, summary.json, iteration_log.jsonl.gz: enough
+to cost the run again with any profile) and one validate folder per profile
+(iteration_breakdown.csv, and the first profile's report.json; --keep-runs
+keeps everything).
 
 Usage: experiments/heldout/compare_profiles.py (--profile NAME=PATH | --calibrate NAME=full|quick)...
        [--thin NAME=SOURCE:1,2,4,...[:1,2,4,...]] [--threads N] [--count N] [--first I] [--requests N]
        [--out DIR] [--servesim BIN]
 """
 import argparse
+import csv
 import datetime
+import gzip
 import json
 import os
+import shutil
 import sys
 import time
 
@@ -77,6 +86,11 @@ def thin_profile(source, destination, tokens, rows):
             t = tables[name]
             kept = [(x, s) for x, s in zip(t["x"], t["seconds"]) if int(x) in keep or x > 64]
             t["x"], t["seconds"] = [x for x, _ in kept], [s for _, s in kept]
+    dropped = [int(b) for b in tables.get("decode_in_situ", {}).get("x", []) if int(b) not in tokens and b <= 64]
+    if dropped:
+        print(f"warning: {os.path.basename(destination)}: the decode-step factor was measured against the tables at "
+              f"{dropped} sequences, which TOKENS drops: there it is not what a sparser calibration would measure",
+              file=sys.stderr)
     profile["metadata"]["thinned"] = {"source": os.path.relpath(source, ROOT), "tokens": tokens, "rows": rows,
                                       "meaning": "the source's 1-D tables kept at these points (and above 64) "
                                                  "by experiments/heldout/compare_profiles.py"}
@@ -93,6 +107,59 @@ def row_of(w, rate, name, report):
                                   "ttft_s": report["ttft_s"], "tpot_s": report["tpot_s"]}) | {"profile": name}
 
 
+def where(path, out):
+    """A profile's path: within --out relative to it, else relative to the repository."""
+    inside = os.path.abspath(path).startswith(os.path.abspath(out) + os.sep)
+    return os.path.relpath(path, out if inside else ROOT)
+
+
+def median(values):
+    v = sorted(values)
+    return None if not v else (v[len(v) // 2] if len(v) % 2 else 0.5 * (v[len(v) // 2 - 1] + v[len(v) // 2]))
+
+
+def batch_rows(folders, names):
+    """by_batch.csv's rows from each workload folder's <profile>/iterations.csv (the same iterations in the
+    same order for every profile; the first profile is the reference)."""
+    ratio, versus = {}, {}
+    for folder in folders:
+        tables = {}
+        for name in names:
+            with open(os.path.join(folder, name, "iterations.csv")) as f:
+                tables[name] = list(csv.DictReader(f))
+        reference = tables[names[0]]
+        for name in names:
+            if len(tables[name]) != len(reference):
+                sys.exit(f"{folder}: {name} costed {len(tables[name])} iterations, {names[0]} {len(reference)}")
+            for it, ref in zip(tables[name], reference):
+                if it["kind"] != "decode" or float(it["measured_s"]) <= 0:
+                    continue
+                key = (name, int(it["decode_sequences"]))
+                ratio.setdefault(key, []).append(float(it["predicted_s"]) / float(it["measured_s"]))
+                versus.setdefault(key, []).append(float(it["predicted_s"]) / float(ref["predicted_s"]))
+    return [{"profile": name, "sequences": b, "iterations": len(ratio[(name, b)]),
+             "median_predicted_over_measured": median(ratio[(name, b)]),
+             f"median_predicted_over_{names[0]}": median(versus[(name, b)])}
+            for name in names for b in sorted(b for n, b in ratio if n == name)]
+
+
+def prune(folder, names):
+    """Keeps the run's requests.csv, summary.json and its log (gzipped), each profile's
+    iteration_breakdown.csv and the first profile's report.json (summary.csv has the others' figures)."""
+    run_dir = os.path.join(folder, "run")
+    log = os.path.join(run_dir, "iteration_log.jsonl")
+    with open(log, "rb") as src, gzip.open(log + ".gz", "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    for sub, keep in [("run", {"requests.csv", "summary.json", "iteration_log.jsonl.gz"})] + [
+            (name, {"report.json", "iteration_breakdown.csv"} if name == names[0] else {"iteration_breakdown.csv"})
+            for name in names]:
+        for entry in os.listdir(os.path.join(folder, sub)):
+            path = os.path.join(folder, sub, entry)
+            if entry not in keep:
+                shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+    os.remove(os.path.join(folder, "trace.csv"))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--servesim", default=os.path.join(ROOT, "build/release/cli/servesim"))
@@ -104,6 +171,7 @@ def main():
     ap.add_argument("--first", type=int, default=0)
     ap.add_argument("--requests", type=int, default=40)
     ap.add_argument("--threads", type=int, help="decoder threads for calibrate and run (default: theirs)")
+    ap.add_argument("--keep-runs", action="store_true", help="keep every file of the runs and validations")
     ap.add_argument("--out", required=True)
     opts = ap.parse_args()
     if opts.count < 1:
@@ -177,6 +245,11 @@ def main():
         suite.write_csv(os.path.join(opts.out, "summary.csv"), rows)
         suite.write_csv(os.path.join(opts.out, "shapes.csv"), shapes)
 
+    folders = [os.path.join(opts.out, w["name"]) for w in drawn]
+    suite.write_csv(os.path.join(opts.out, "by_batch.csv"), batch_rows(folders, list(profiles)))
+    if not opts.keep_runs:
+        for folder in folders:
+            prune(folder, list(profiles))
     for name in profiles:
         mine = [r for r in rows if r["profile"] == name]
         worst = max(mine, key=lambda r: r["iteration_mape"])
@@ -186,7 +259,7 @@ def main():
     meta = {"command": "experiments/heldout/compare_profiles.py " + " ".join(sys.argv[1:]),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "commit": provenance.commit(), "machine": provenance.machine(),
-            "profiles": {n: os.path.relpath(p, ROOT) for n, p in profiles.items()}, "calibration_s": calibration_s,
+            "profiles": {n: where(p, opts.out) for n, p in profiles.items()}, "calibration_s": calibration_s,
             "threads": opts.threads, "split": opts.split, "first": opts.first, "count": opts.count,
             "requests": opts.requests}
     with open(os.path.join(opts.out, "metadata.json"), "w") as f:

@@ -1,8 +1,14 @@
 """Unit tests of experiments/heldout/compare_profiles.py: a thinned profile
 keeps exactly the asked points of the 1-D tables (and every point above
 64), leaves the rest of the profile as it was, and says where it came from;
-a `validate --measured --iteration-log` report becomes run.py's row; bad
+a `validate --measured --iteration-log` report becomes run.py's row; the
+batch table reads decode iterations against the measured and the first
+profile; pruning keeps what costs a run again; bad
 flags are refused by name before anything runs."""
+import contextlib
+import csv
+import gzip
+import io
 import json
 import os
 import subprocess
@@ -48,6 +54,11 @@ class ThinProfile(unittest.TestCase):
             self.assertEqual(t["metadata"]["settings"], {"mode": "full"})
             with open(source) as f:
                 self.assertEqual(json.load(f), profile(), "the source profile changed")
+            # Dropping a batch size the decode-step factor was measured at is said.
+            said = io.StringIO()
+            with contextlib.redirect_stderr(said):
+                compare_profiles.thin_profile(source, thinned, [1, 2, 64], [1, 2])
+            self.assertIn("at [4] sequences", said.getvalue())
 
 
 class RowOf(unittest.TestCase):
@@ -69,6 +80,58 @@ class RowOf(unittest.TestCase):
         self.assertFalse(r["buckets_ok"])
         self.assertFalse(r["latency_ok"])  # TTFT P90 -12%
         self.assertEqual(r["ttft_p90_rel_error"], -0.12)
+
+
+def write_iterations(path, rows):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["index", "kind", "decode_sequences", "measured_s", "predicted_s"])
+        w.writeheader()
+        for i, (kind, b, measured, predicted) in enumerate(rows):
+            w.writerow({"index": i, "kind": kind, "decode_sequences": b, "measured_s": measured,
+                        "predicted_s": predicted})
+
+
+class BatchTableAndPrune(unittest.TestCase):
+    def test_decode_iterations_by_sequences_against_the_measured_and_the_reference(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            a, b = os.path.join(tmp, "w0"), os.path.join(tmp, "w1")
+            measured = [("decode", 3, 0.02, 0.021), ("decode", 3, 0.02, 0.019), ("prefill", 0, 0.1, 0.2),
+                        ("decode", 8, 0.05, 0.05)]
+            write_iterations(os.path.join(a, "full", "iterations.csv"), measured)
+            write_iterations(os.path.join(a, "quick", "iterations.csv"),
+                             [(k, n, m, 1.1 * p) for k, n, m, p in measured])
+            write_iterations(os.path.join(b, "full", "iterations.csv"), [("decode", 3, 0.01, 0.011)])
+            write_iterations(os.path.join(b, "quick", "iterations.csv"), [("decode", 3, 0.01, 0.0121)])
+            rows = {(r["profile"], r["sequences"]): r for r in compare_profiles.batch_rows([a, b], ["full", "quick"])}
+            self.assertEqual(sorted(rows), [("full", 3), ("full", 8), ("quick", 3), ("quick", 8)])
+            self.assertEqual(rows[("full", 3)]["iterations"], 3)
+            self.assertAlmostEqual(rows[("full", 3)]["median_predicted_over_measured"], 1.05)
+            self.assertAlmostEqual(rows[("quick", 3)]["median_predicted_over_measured"], 1.155)
+            self.assertAlmostEqual(rows[("quick", 8)]["median_predicted_over_full"], 1.1)
+            self.assertAlmostEqual(rows[("full", 8)]["median_predicted_over_full"], 1.0)
+            write_iterations(os.path.join(b, "quick", "iterations.csv"), [])
+            with self.assertRaises(SystemExit) as refused:
+                compare_profiles.batch_rows([a, b], ["full", "quick"])
+            self.assertIn("quick costed 0 iterations, full 1", str(refused.exception))
+
+    def test_prune_keeps_what_costs_the_run_again(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = os.path.join(tmp, "w0")
+            files = {"run/iteration_log.jsonl": '{"index": 0}\n', "run/requests.csv": "id\n", "run/summary.json": "{}",
+                     "run/iterations.csv": "x", "full/report.json": "{}", "full/iteration_breakdown.csv": "k",
+                     "full/iterations.csv": "x", "full/predicted/summary.json": "{}", "trace.csv": "t",
+                     "quick/report.json": "{}", "quick/iteration_breakdown.csv": "k"}
+            for name, text in files.items():
+                os.makedirs(os.path.dirname(os.path.join(folder, name)), exist_ok=True)
+                with open(os.path.join(folder, name), "w") as f:
+                    f.write(text)
+            compare_profiles.prune(folder, ["full", "quick"])
+            kept = sorted(os.path.relpath(os.path.join(d, f), folder) for d, _, fs in os.walk(folder) for f in fs)
+            self.assertEqual(kept, ["full/iteration_breakdown.csv", "full/report.json", "quick/iteration_breakdown.csv",
+                                    "run/iteration_log.jsonl.gz", "run/requests.csv", "run/summary.json"])
+            with gzip.open(os.path.join(folder, "run", "iteration_log.jsonl.gz"), "rt") as f:
+                self.assertEqual(f.read(), files["run/iteration_log.jsonl"])
 
 
 class Refusals(unittest.TestCase):

@@ -5,8 +5,9 @@ experiments/diagnostics/: level_by_kind.py (each kind of iteration with
 and without each tracked level), prefill_level_moment.py (the prefill
 level read at an iteration's start, over its span, or blended),
 light_sample_size.py (how many requests a light point needs),
-floor_bands.py (MAPE and targets met by noise floor) and
-prefill_after_idle.py (prefills by the idle gap before them)."""
+floor_bands.py (MAPE and targets met by noise floor),
+prefill_after_idle.py (prefills by the idle gap before them) and
+run_to_run.py (how far two real runs of the same workloads lie apart)."""
 import csv
 import json
 import os
@@ -23,6 +24,7 @@ import level_by_kind  # noqa: E402
 import light_sample_size  # noqa: E402
 import prefill_after_idle  # noqa: E402
 import prefill_level_moment  # noqa: E402
+import run_to_run  # noqa: E402
 import runs_table  # noqa: E402
 
 
@@ -414,6 +416,56 @@ class PrefillAfterIdle(unittest.TestCase):
                 done = subprocess.run([sys.executable, script] + bad, capture_output=True, text=True)
                 self.assertNotEqual(done.returncode, 0, bad)
                 self.assertIn(says, done.stderr)
+
+
+
+def write_suite(folder, rates, measured, style):
+    """A held-out suite folder as run.py ('run') or compare_profiles.py ('compare') writes it."""
+    os.makedirs(folder, exist_ok=True)
+    names = sorted(rates)
+    with open(os.path.join(folder, "workloads.jsonl"), "w") as f:
+        for n in names:
+            f.write(json.dumps({"name": n}) + "\n")
+    write_csv(os.path.join(folder, "summary.csv"), [{"workload": n, "rate": rates[n]} for n in names])
+    if style == "compare":
+        with open(os.path.join(folder, "metadata.json"), "w") as f:
+            json.dump({"profiles": {"full": "p.json", "quick": "q.json"}}, f)
+    for n in names:
+        report = {m: {"measured": {s: measured[n] * (2 if m == "ttft_s" else 1) * (1.5 if s == "p90" else 1)
+                                   for s in ("p50", "p90")}} for m in ("ttft_s", "tpot_s")}
+        path = os.path.join(folder, n, "report_predict.json") if style == "run" else \
+            os.path.join(folder, n, "full", "report.json")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            json.dump(report, f)
+
+
+class RunToRun(unittest.TestCase):
+    def test_spread_of_the_same_workloads_in_two_suites(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            a, b = os.path.join(tmp, "a"), os.path.join(tmp, "b")
+            write_suite(a, {"w0": "1.5", "w1": ""}, {"w0": 0.10, "w1": 0.02}, "run")
+            write_suite(b, {"w0": "1.5", "w1": ""}, {"w0": 0.12, "w1": 0.021}, "compare")
+            rows = run_to_run.spreads([run_to_run.measured_of(a), run_to_run.measured_of(b)])
+            self.assertEqual(len(rows), 8)
+            by = {(r["workload"], r["metric"], r["stat"]): r for r in rows}
+            self.assertAlmostEqual(by[("w0", "tpot_s", "p50")]["spread"], 0.2)
+            self.assertAlmostEqual(by[("w1", "ttft_s", "p90")]["spread"], 0.05)
+            self.assertEqual(by[("w0", "ttft_s", "p90")]["measured_s"], [0.30000000000000004, 0.36])
+            script = os.path.join(EXPERIMENTS, "diagnostics", "run_to_run.py")
+            done = subprocess.run([sys.executable, script, a, b], capture_output=True, text=True)
+            self.assertEqual(done.returncode, 0, done.stderr)
+            self.assertIn("4 of 8 latencies spread more than 10% between the runs, at 1 of 2 workloads", done.stdout)
+            # Another arrival rate is another workload: refused by name.
+            c = os.path.join(tmp, "c")
+            write_suite(c, {"w0": "1.2", "w1": ""}, {"w0": 0.1, "w1": 0.02}, "run")
+            done = subprocess.run([sys.executable, script, a, c], capture_output=True, text=True)
+            self.assertNotEqual(done.returncode, 0)
+            self.assertIn("w0:", done.stderr)
+            self.assertIn("not the same workload", done.stderr)
+            done = subprocess.run([sys.executable, script, a], capture_output=True, text=True)
+            self.assertNotEqual(done.returncode, 0)
+            self.assertIn("two or more", done.stderr)
 
 
 if __name__ == "__main__":
