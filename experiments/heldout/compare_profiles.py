@@ -210,17 +210,10 @@ def main():
     reference = next(iter(profiles.values()))
 
     rows, shapes = [], []
-    drawn = [workloads.draw(opts.split, i, opts.requests) for i in range(opts.first, opts.first + opts.count)]
-    with open(os.path.join(opts.out, "workloads.jsonl"), "w") as f:
-        for w in drawn:
-            f.write(json.dumps(w) + "\n")
+    drawn = suite.draw_workloads(opts)
     for k, w in enumerate(drawn):
         print(f"[{k + 1}/{len(drawn)}] {w['name']}", file=sys.stderr, flush=True)
-        folder = os.path.join(opts.out, w["name"])
-        os.makedirs(folder, exist_ok=True)
-        trace = os.path.join(folder, "trace.csv")
-        workloads.write_trace(w, trace)
-        flags, rate = suite.workload_flags(opts.servesim, reference, w, trace)
+        folder, flags, rate = suite.prepare(opts.servesim, reference, w, opts.out)
         run_dir, log = os.path.join(folder, "run"), os.path.join(folder, "run", "iteration_log.jsonl")
         os.makedirs(run_dir, exist_ok=True)
         suite.sh([opts.servesim, "run", "--device", "cpu", "--model", suite.MODEL, "--seed", str(w["seed"] % 1_000_000),

@@ -77,6 +77,25 @@ def workload_flags(servesim, profile, w, trace):
     return ["--trace", trace, "--trace-format", "csv", "--rate-scale", f"{rate:.6g}"], rate
 
 
+def draw_workloads(opts):
+    """The drawn workloads of --split, --first, --count and --requests, written to --out's workloads.jsonl."""
+    drawn = [workloads.draw(opts.split, i, opts.requests) for i in range(opts.first, opts.first + opts.count)]
+    with open(os.path.join(opts.out, "workloads.jsonl"), "w") as f:
+        for w in drawn:
+            f.write(json.dumps(w) + "\n")
+    return drawn
+
+
+def prepare(servesim, profile, w, out):
+    """The workload's folder under `out`, its trace written there, and its flags and rate (workload_flags)."""
+    folder = os.path.join(out, w["name"])
+    os.makedirs(folder, exist_ok=True)
+    trace = os.path.join(folder, "trace.csv")
+    workloads.write_trace(w, trace)
+    flags, rate = workload_flags(servesim, profile, w, trace)
+    return folder, flags, rate
+
+
 def prune(folder):
     # report.json is report_predict.json (validate --mode predict): kept once.
     keep = {"report_replay.json", "report_predict.json", "iteration_breakdown.csv"}
@@ -150,17 +169,10 @@ def main():
         calibration_s = time.monotonic() - t0
 
     rows, shapes = [], []
-    drawn = [workloads.draw(opts.split, i, opts.requests) for i in range(opts.first, opts.first + opts.count)]
-    with open(os.path.join(opts.out, "workloads.jsonl"), "w") as f:
-        for w in drawn:
-            f.write(json.dumps(w) + "\n")
+    drawn = draw_workloads(opts)
     for k, w in enumerate(drawn):
         print(f"[{k + 1}/{len(drawn)}] {w['name']}", file=sys.stderr, flush=True)
-        folder = os.path.join(opts.out, w["name"])
-        os.makedirs(folder, exist_ok=True)
-        trace = os.path.join(folder, "trace.csv")
-        workloads.write_trace(w, trace)
-        flags, rate = workload_flags(opts.servesim, profile, w, trace)
+        folder, flags, rate = prepare(opts.servesim, profile, w, opts.out)
         sh([opts.servesim, "validate", "--device", "cpu", "--model", MODEL, "--profile", profile, "--mode",
             "predict", "--seed", str(w["seed"] % 1_000_000), "--quiet", "--host-drift", "off", "--predict-draws",
             str(opts.predict_draws), "--out", folder] + threads + scheduler_flags(w) + flags)

@@ -4,7 +4,8 @@ folder predicted with its own settings (no error), a hand-made vLLM
 `bench serve --save-result` JSON put beside a prediction (the measured side
 checked against vLLM's definitions computed here), fit recovering the costs a
 run was simulated with and `simulate --cost-file` reading them, and bad
-inputs refused by name.
+inputs refused by name; and `run --iteration-log` feeding `validate
+--measured --iteration-log` with two cost models on the same iterations.
 
 Run one case:   measured_test.py --servesim BIN --source-dir ROOT --work-dir DIR CASE
 List the cases: measured_test.py --list
@@ -16,7 +17,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cli_test import Failure, check, expect_input_error, percentile, read_csv, run_case_from_argv  # noqa: E402
+from cli_test import Failure, check, close, expect_input_error, percentile, read_csv, run_case_from_argv  # noqa: E402
 
 CASES = {}
 
@@ -182,6 +183,56 @@ def measured_cost_file_refused_where_it_does_not_apply(ctx):
     s = json.loads(ctx.simulate("--cost-file", path, "--num-requests", "5", "--json").stdout)
     check(s["config"]["cost_model"]["compute_efficiency"] == 0.5, "file value not used")
     check(s["config"]["cost_model"]["memory_efficiency"] == 0.85, "default replaced")
+
+
+@case
+def run_iteration_log(ctx):
+    """run --iteration-log: one line per iteration of iterations.csv (same start and measured time), every
+    prompt and output token accounted for, and validate --measured costs the same iterations with any
+    cost model. A refused run leaves an earlier log as it was."""
+    out, log = ctx.path("run"), ctx.path("log.jsonl")
+    os.makedirs(ctx.path(), exist_ok=True)
+    ctx.ok("run", "--quiet", "--model", "tiny-15m", "--num-requests", "8", "--rate", "40", "--seed", "4",
+           "--prompt-len", "uniform:8:96", "--output-len", "uniform:2:12", "--scheduler", "chunked",
+           "--max-num-batched-tokens", "48", "--iteration-log", log, "--out", out)
+    lines = [json.loads(line) for line in open(log)]
+    its = read_csv(os.path.join(out, "iterations.csv"))
+    check(len(lines) == len(its) > 0, f"{len(lines)} log lines for {len(its)} iterations")
+    for x, i in zip(lines, its):
+        check(close(x["start_s"], float(i["start_s"]), rel=1e-6, abs_=1e-6)
+              and close(x["measured_s"], float(i["duration_s"]), rel=1e-6, abs_=1e-9),
+              f"iteration {i['index']}: log {x['start_s']}, {x['measured_s']} against {i['start_s']}, "
+              f"{i['duration_s']}")
+        prefill = sum(q for _, q, _, p, _, _ in x["sequences"] if p)
+        check(prefill == int(i["prefill_tokens"]), f"iteration {i['index']}: {prefill} prefill tokens logged")
+    prompt, emitted = {}, {}
+    for x in lines:
+        for rid, query, cached, prefill, samples, n in x["sequences"]:
+            if prefill:
+                check(cached == prompt.get(rid, 0), f"request {rid}: chunk at {cached} after {prompt.get(rid, 0)}")
+                prompt[rid] = prompt.get(rid, 0) + query
+            if samples:
+                emitted[rid] = emitted.get(rid, 0) + (1 if n == -1 else n)
+    reqs = {int(r["id"]): r for r in read_csv(os.path.join(out, "requests.csv"))}
+    check(prompt == {k: int(r["prompt_tokens"]) for k, r in reqs.items()}, f"prompts {prompt}")
+    check(emitted == {k: int(r["tokens_emitted"]) for k, r in reqs.items()}, f"outputs {emitted}")
+    # Two cost models on the same measured iterations: the same measured side, different predictions.
+    reports = []
+    for name, flags in (("roofline", []), ("slow", ["--iteration-overhead", "5ms"])):
+        v = ctx.path("validate_" + name)
+        ctx.ok("validate", "--measured", out, "--iteration-log", log, "--model", "tiny-15m", "--scheduler",
+               "chunked", "--max-num-batched-tokens", "48", "--out", v, "-q", *flags)
+        reports.append(json.load(open(os.path.join(v, "report.json")))["server_iterations"])
+    check(reports[0]["iterations"] == reports[1]["iterations"] == len(lines), "iterations costed")
+    check(reports[0]["tpot_s"]["measured"] == reports[1]["tpot_s"]["measured"], "the measured side differs")
+    check(reports[1]["tpot_s"]["predicted"]["p50"] > reports[0]["tpot_s"]["predicted"]["p50"],
+          "5 ms more per iteration did not raise the replayed TPOT")
+    # Refused before the weights load: a log that cannot be written; a model that does not fit keeps the old log.
+    expect_input_error(ctx, ["run", "--model", "tiny-15m", "--iteration-log", ctx.path("no", "dir", "log.jsonl")],
+                       ["--iteration-log", "cannot open"])
+    before = open(log).read()
+    expect_input_error(ctx, ["run", "--model", "llama-3.1-70b", "--iteration-log", log], ["llama-3.1-70b"])
+    check(open(log).read() == before, "a refused run changed the earlier log")
 
 
 if __name__ == "__main__":
