@@ -34,6 +34,8 @@ using Clock = std::chrono::steady_clock;
 using namespace cpu_calibration;
 
 constexpr size_t kMiB = size_t(1) << 20;
+// Least time of each timed repetition of a CPU benchmark in full mode.
+constexpr double kFullMinTimeS = 0.03;
 // Quick mode caps each STREAM array at this (full mode: 4x the LLC).
 constexpr size_t kQuickStreamArrayCap = 256 * kMiB;
 // Timed data rotates through copies that together hold this many times the
@@ -49,6 +51,39 @@ constexpr int kFamilies = 12;
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
+
+// Where a CPU calibration's wall time goes: each phase from its announcement
+// to the next, and apart from them the whole-model moments between phases
+// (settings.phase_seconds: what a cheaper calibration would have to cut).
+class PhaseClock {
+ public:
+  void open(const std::string& name) {
+    close();
+    name_ = name;
+    since_ = Clock::now();
+  }
+  void close() {
+    if (!name_.empty()) seconds_[name_] = seconds_.value(name_, 0.0) + seconds_since(since_);
+    name_.clear();
+  }
+  void add(const std::string& name, double s) { seconds_[name] = seconds_.value(name, 0.0) + s; }
+  // The longest phases, "name 40.1 s, ...".
+  std::string longest(size_t count) const {
+    std::vector<std::pair<double, std::string>> v;
+    for (const auto& [name, s] : seconds_.items()) v.emplace_back(s.get<double>(), name);
+    std::sort(v.rbegin(), v.rend());
+    std::string out;
+    for (size_t i = 0; i < std::min(count, v.size()); ++i)
+      out += fmt::format("{}{} {:.1f} s", i ? ", " : "", v[i].second, v[i].first);
+    return out;
+  }
+  const nlohmann::json& json() const { return seconds_; }
+
+ private:
+  nlohmann::json seconds_ = nlohmann::json::object();  // by name
+  std::string name_;
+  Clock::time_point since_;
+};
 
 double physical_memory_bytes() { return double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE)); }
 
@@ -180,7 +215,10 @@ DeviceProfile calibrate(const CalibrationOptions& options, std::function<void(co
   const bool quick = options.quick;
   MicrobenchSettings settings;
   settings.repetitions = options.repetitions > 0 ? options.repetitions : 5;
-  settings.min_time_s = options.min_time_s > 0 ? options.min_time_s : quick ? 0.01 : 0.05;
+  // 0.03 s, not Google Benchmark's 0.05 s default: a quarter less time, and
+  // on the same served iterations profiles of either cost within the spread
+  // between two calibrations of one (docs/calibration.md#timing-rules).
+  settings.min_time_s = options.min_time_s > 0 ? options.min_time_s : quick ? 0.01 : kFullMinTimeS;
   settings.warmup_s = quick ? 0.005 : 0.02;
 
   // Sizes of the ceilings and the cache rotation.
@@ -218,11 +256,15 @@ DeviceProfile calibrate(const CalibrationOptions& options, std::function<void(co
   p.block_size = bs;
   p.model = model;
 
+  PhaseClock phases;
   WholeModelTimings whole(options, grids, threads);
   size_t moments = 0;
   auto moment = [&] {
+    phases.close();
+    const auto moment_started = Clock::now();
     if (hooks.at_moment) hooks.at_moment();
     whole.at_moment();
+    phases.add("whole_model_moments", seconds_since(moment_started));
     ++moments;
   };
   int family = 0;
@@ -232,6 +274,7 @@ DeviceProfile calibrate(const CalibrationOptions& options, std::function<void(co
                     p,
                     [&](const std::string& name, const std::string& what) {
                       moment();
+                      phases.open(name);
                       say(fmt::format("[{}/{}] {}: {}", ++family, kFamilies, name, what));
                     },
                     [&](double bytes) { return rotation.weight_copies(bytes); },
@@ -243,6 +286,7 @@ DeviceProfile calibrate(const CalibrationOptions& options, std::function<void(co
   measure_ceilings(ctx, stream_bytes, gemm_n);
   say(fmt::format("setting up: {:.0f} MiB of KV blocks; each weight matrix rotates through {:.0f} MiB of copies",
                   kv_bytes / double(kMiB), rotation.weight_rotation_bytes / double(kMiB)));
+  phases.open("setup");
   int head_copies = 0;
   {
     LayerKernels kernels(model, kv_blocks, bs, options.weights_seed, ctx.storage);
@@ -267,8 +311,10 @@ DeviceProfile calibrate(const CalibrationOptions& options, std::function<void(co
                            quick ? "" : ", whole-model prefills and decode steps at every other",
                            quick ? "" : " and the whole-model factors"));
   moment();  // the last moment
+  phases.open("whole_model_fits");
   whole.finish(p, hooks.keeps_moment, say, benchmark_decode_s);
   whole.release();
+  phases.close();
   if (json_file.is_open()) {
     json_file.close();
     if (!json_file) throw InputError(fmt::format("{}: write failed", options.raw_benchmarks_path));
@@ -334,15 +380,21 @@ DeviceProfile calibrate(const CalibrationOptions& options, std::function<void(co
       {"elementwise", "2 RMSNorms, rotary + KV write, SwiGLU; residual adds are inside gemm_o and gemm_down"},
       {"sampling", "copying the [S, V] logits to the host vector and choosing a token per row"}};
   calibration::store_attention_fits(p);
-  if (hooks.finish) hooks.finish(p);
+  if (hooks.finish) {
+    phases.open("host_drift_finish");  // --host-drift: the placement ratios, in full mode
+    hooks.finish(p);
+    phases.close();
+  }
   const double wall = seconds_since(started);
   m["settings"]["wall_time_s"] = wall;
+  m["settings"]["phase_seconds"] = phases.json();
   // Timings from a busy machine are not the device's: say so.
   const double others = ceilings::CpuUse::now().others_share_since(cpu_at_start);
   m["machine_load"] = {{"others_cpu_share", others},
                        {"meaning", "share of all CPUs' time that other processes (and the hypervisor) took "
                                    "during the calibration; above 0.05 the timings are suspect"}};
-  say(fmt::format("done: {} benchmarks in {:.1f} s", session.benchmarks_run(), wall));
+  say(fmt::format("done: {} benchmarks in {:.1f} s (longest: {})", session.benchmarks_run(), wall,
+                  phases.longest(4)));
   if (others > 0.05)
     say(fmt::format("warning: other processes took {:.0f}% of the CPUs during the calibration; its timings are "
                     "suspect -- rerun on an idle machine",

@@ -78,7 +78,7 @@ struct CalibrationOptions {
   int64_t stream_array_bytes = 0;
   int64_t gemm_ceiling_size = 0;         // n of the n^3 GEMM ceiling (0: cpu 2048, quick 1024; cuda 8192, quick 4096)
   int repetitions = 0;                   // timed runs per benchmark (0: 5; cuda quick: 3)
-  double min_time_s = 0;                 // least time of each run (0: cpu 0.05 s, quick 0.01 s; cuda 5 ms, quick 1 ms)
+  double min_time_s = 0;                 // least time of each run (0: cpu 0.03 s, quick 0.01 s; cuda 5 ms, quick 1 ms)
 };
 
 // The longest context the options calibrate: max_context, else the model's

@@ -31,8 +31,15 @@ size_t stream_array_bytes();
 // Three arrays of doubles (`bytes_per_array` each), first touched by the
 // threads that stream them.
 struct StreamArrays {
+  struct Free {
+    void operator()(double* p) const;
+  };
+  using Array = std::unique_ptr<double[], Free>;
   size_t n = 0;
-  std::unique_ptr<double[]> a, b, c;
+  Array a, b, c;
+  // Each array on transparent huge pages where the kernel offers them
+  // (madvise): first touching gigabytes of 4 KiB pages took a KVM guest
+  // 4.7 s per GiB, most of a calibration's ceilings phase.
   explicit StreamArrays(size_t bytes_per_array);
 };
 

@@ -117,6 +117,11 @@ int calibrate_command(int argc, const char* const* argv) {
       ("max-num-seqs", po::value<int32_t>()->default_value(256),
        "largest number of sampled rows timed (LM head, sampling); caps the decode batch axis (cpu: at 64 in "
        "full mode; cuda: the batch axis reaches it)")
+      ("min-time", po::value<double>(),
+       "least seconds each timed repetition of a kernel runs, its calls averaged (Google Benchmark's "
+       "min_time; default: cpu 0.03, 0.01 with --quick; cuda 0.005, 0.001 with --quick; at most 60)")
+      ("repetitions", po::value<int>(),
+       "timed repetitions of each kernel, their median kept (default 5; cuda --quick 3; at most 1000)")
       ("weights-seed", po::value<std::string>()->default_value("0"), "seed of the random weights")
       ("temperature", po::value<double>()->default_value(0.0, "0"), "sampling timed with this (0 = greedy)")
       ("top-p", po::value<double>()->default_value(1.0, "1"), "nucleus threshold of the sampling timed");
@@ -165,6 +170,16 @@ int calibrate_command(int argc, const char* const* argv) {
     placement_seconds = vm["placement-seconds"].as<double>();
     if (!(placement_seconds >= 0 && placement_seconds <= 3600))
       throw InputError(fmt::format("--placement-seconds must be in [0, 3600] (got {})", placement_seconds));
+  }
+  if (vm.count("min-time")) {
+    o.min_time_s = vm["min-time"].as<double>();
+    if (!(o.min_time_s > 0 && o.min_time_s <= 60))
+      throw InputError(fmt::format("--min-time must be in (0, 60] seconds (got {})", o.min_time_s));
+  }
+  if (vm.count("repetitions")) {
+    o.repetitions = vm["repetitions"].as<int>();
+    if (o.repetitions < 1 || o.repetitions > 1000)
+      throw InputError(fmt::format("--repetitions must be in [1, 1000] (got {})", o.repetitions));
   }
   o.block_size = vm["block-size"].as<int32_t>();
   o.max_batched_tokens = vm["max-num-batched-tokens"].as<int32_t>();

@@ -152,7 +152,9 @@ def iteration_effect(profile, thinned):
 
     out = {}
     tokens = [int(x) for x in tables["gemm_qkv"]["x"]]
-    rows = set(int(x) for x in tables["sampling"]["x"])
+    # Every decode batch both the token and the row axes reach (sampling,
+    # thinner since, is interpolated alike in both sums).
+    rows = set(int(x) for x in tables["lm_head"]["x"])
     for kind, shapes in (("decode step", [(b, b) for b in tokens if b in rows]), ("prefill", [(t, 1) for t in tokens])):
         worst = (0.0, None)
         for t, s in shapes:

@@ -143,6 +143,11 @@ TEST_CASE("A quick calibration of a tiny model fills every table with positive t
   int families = 0;
   for (const auto& line : run.progress) families += line.rfind("[", 0) == 0;
   CHECK(families == 12);
+  // The "done" line names the longest phases (settings.phase_seconds).
+  const auto done = std::find_if(run.progress.begin(), run.progress.end(),
+                                 [](const std::string& line) { return line.rfind("done: ", 0) == 0; });
+  REQUIRE(done != run.progress.end());
+  CHECK(done->find("(longest: ") != std::string::npos);
 
   // The whole model's 1-token decode at the smallest context, timed before
   // each family and at the end, sets the iteration overhead.
@@ -523,6 +528,27 @@ TEST_CASE("A full calibration times the whole model at its moments, and the hook
   }
   REQUIRE(p.decode_step_factor.x == std::vector<double>{1, 2, 3, 4});
   for (double f : p.decode_step_factor.factor) CHECK((std::isfinite(f) && f > 0.1 && f < 10));
+
+  // Where the wall time went: each phase by name, none negative, together
+  // most of the wall time (the rest: options, grids, the provenance).
+  const nlohmann::json& phases = p.metadata.at("settings").at("phase_seconds");
+  const std::vector<std::string> names = {
+      "ceilings",          "setup",           "gemm_qkv",     "gemm_o",           "gemm_gate_up",
+      "gemm_down",         "elementwise",     "prefill_attention", "decode_attention", "lm_head",
+      "sampling",          "iteration_overhead", "whole_model", "whole_model_moments", "whole_model_fits",
+      "host_drift_finish"};
+  CHECK(phases.size() == names.size());
+  double sum = 0;
+  for (const std::string& name : names) {
+    INFO(name);
+    REQUIRE(phases.contains(name));
+    CHECK(phases.at(name).get<double>() >= 0);
+    sum += phases.at(name).get<double>();
+  }
+  CHECK(phases.at("whole_model_moments").get<double>() > 0);  // 13 moments of whole-model decodes
+  const double wall = p.metadata.at("settings").at("wall_time_s").get<double>();
+  CHECK(sum <= wall);
+  CHECK(sum >= 0.5 * wall);
 }
 
 TEST_CASE("Calibration grids cover a short new tail over a long cached context (prefix-cache hits)", "[prefix]") {

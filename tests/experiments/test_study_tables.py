@@ -10,6 +10,7 @@ prefill_after_idle.py (prefills by the idle gap before them) and
 run_to_run.py (how far two real runs of the same workloads lie apart)."""
 import csv
 import json
+import math
 import os
 import subprocess
 import sys
@@ -20,10 +21,12 @@ EXPERIMENTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..
 sys.path.insert(0, os.path.join(EXPERIMENTS, "validation_cpu"))
 sys.path.insert(0, os.path.join(EXPERIMENTS, "diagnostics"))
 import floor_bands  # noqa: E402
+import grid_thinning  # noqa: E402
 import level_by_kind  # noqa: E402
 import light_sample_size  # noqa: E402
 import prefill_after_idle  # noqa: E402
 import prefill_level_moment  # noqa: E402
+import profile_diff  # noqa: E402
 import run_to_run  # noqa: E402
 import runs_table  # noqa: E402
 
@@ -466,6 +469,80 @@ class RunToRun(unittest.TestCase):
             done = subprocess.run([sys.executable, script, a], capture_output=True, text=True)
             self.assertNotEqual(done.returncode, 0)
             self.assertIn("two or more", done.stderr)
+
+
+def tiny_profile(scale=1.0, decode_factor=1.0):
+    """A hand-made CPU profile of 2 layers: every time `scale` times a base, g(B) = decode_factor."""
+    one_d = {"x": [1, 2, 4], "seconds": [scale * 1e-4, scale * 2e-4, scale * 4e-4]}
+    tables = {name: dict(one_d) for name in profile_diff.ONE_D}
+    tables["prefill_attention"] = {"x": [1, 16], "y": [1, 16], "seconds": [[scale * 1e-5, scale * 2e-5],
+                                                                          [scale * 4e-5, scale * 8e-5]]}
+    tables["decode_attention"] = {"x": [1, 4], "y": [16, 128], "seconds": [[scale * 1e-5, scale * 3e-5],
+                                                                          [scale * 2e-5, scale * 6e-5]]}
+    tables["decode_in_situ"] = {"x": [1, 4], "factor": [decode_factor, decode_factor]}
+    tables["gemm_in_situ"] = {"x": [16], "factor": [1.0]}
+    return {"model": {"num_hidden_layers": 2}, "tables": tables,
+            "metadata": {"settings": {"mode": "full", "threads": 1, "min_time_s": 0.03, "repetitions": 5,
+                                      "wall_time_s": 1.0}}}
+
+
+class ProfileDiff(unittest.TestCase):
+    def test_every_table_and_iteration_moves_by_the_scale(self):
+        tables, iterations = profile_diff.compare(tiny_profile(), tiny_profile(scale=1.1))
+        self.assertEqual(len(tables), 9)
+        for row in tables:
+            self.assertAlmostEqual(row["median_signed"], 0.1, msg=row["table"])
+            self.assertAlmostEqual(row["p90_abs"], 0.1, msg=row["table"])
+        self.assertEqual(len(iterations), len(profile_diff.DECODE_BATCHES) + len(profile_diff.PREFILL_TOKENS))
+        for it in iterations:
+            self.assertAlmostEqual(it["ratio"], 1.1, msg=it["iteration"])
+
+    def test_the_decode_step_factor_moves_decode_steps_only(self):
+        _, iterations = profile_diff.compare(tiny_profile(), tiny_profile(decode_factor=2.0))
+        for it in iterations:
+            self.assertAlmostEqual(it["ratio"], 2.0 if it["iteration"].startswith("decode") else 1.0,
+                                   msg=it["iteration"])
+
+    def test_a_decode_step_sums_the_layers_the_head_and_the_attention(self):
+        # B = 2, context 128: 2 layers x (5 x 2e-4 + attention between b 1 and 4 at y 128) + 2 x 2e-4.
+        attention = math.exp(0.5 * math.log(3e-5) + 0.5 * math.log(6e-5))
+        self.assertAlmostEqual(profile_diff.decode_step(tiny_profile(), 2), 2 * (5 * 2e-4 + attention) + 2 * 2e-4)
+
+    def test_command_line(self):
+        script = os.path.join(EXPERIMENTS, "diagnostics", "profile_diff.py")
+        with tempfile.TemporaryDirectory() as tmp:
+            a, b, bad = (os.path.join(tmp, n) for n in ("a.json", "b.json", "bad.json"))
+            for path, p in ((a, tiny_profile()), (b, tiny_profile(scale=0.9)), (bad, {"tables": {}})):
+                with open(path, "w") as f:
+                    json.dump(p, f)
+            done = subprocess.run([sys.executable, script, a, b], capture_output=True, text=True)
+            self.assertEqual(done.returncode, 0, done.stderr)
+            self.assertIn("gemm_qkv", done.stdout)
+            self.assertIn("-10.0%", done.stdout)
+            self.assertIn("decode B=1 0.900", done.stdout)
+            done = subprocess.run([sys.executable, script, a, bad], capture_output=True, text=True)
+            self.assertNotEqual(done.returncode, 0)
+            self.assertIn("bad.json", done.stderr)
+            done = subprocess.run([sys.executable, script, a], capture_output=True, text=True)
+            self.assertNotEqual(done.returncode, 0)
+            self.assertIn("at least two", done.stderr)
+
+
+class GridThinningDecodeSteps(unittest.TestCase):
+    def test_an_lm_head_point_off_the_sampling_axis_counts(self):
+        # The LM head at S = 3 costs twice its interpolation; sampling is not
+        # timed at 3. Thinning the LM head to 1, 2, 4 moves the 3-sequence step.
+        p = tiny_profile()
+        for name in grid_thinning.TABLES:
+            p["tables"][name] = {"x": [1, 2, 4], "seconds": [1e-4, 2e-4, 4e-4]}
+        for name in ("gemm_qkv", "lm_head"):
+            p["tables"][name] = {"x": [1, 2, 3, 4], "seconds": [1e-4, 2e-4, 3e-4, 4e-4]}
+        p["tables"]["lm_head"]["seconds"][2] = 2 * math.sqrt(2e-4 * 4e-4)
+        thinned = {name: (p["tables"][name]["x"], p["tables"][name]["seconds"]) for name in grid_thinning.TABLES}
+        thinned["lm_head"] = ([1, 2, 4], [1e-4, 2e-4, 4e-4])
+        change, at = grid_thinning.iteration_effect(p, thinned)["decode step"]
+        self.assertEqual(at, "T = 3, S = 3")
+        self.assertLess(change, -0.05)
 
 
 if __name__ == "__main__":
