@@ -315,4 +315,38 @@ void set_gemm_factor(DeviceProfile& p, const std::vector<int64_t>& lengths, cons
   }
 }
 
+std::vector<double> moment_spread(const std::vector<std::vector<double>>& medians) {
+  std::vector<double> out;
+  if (medians.empty()) return out;
+  for (size_t b = 0; b < medians.front().size(); ++b) {
+    double lo = medians.front()[b], hi = lo;
+    for (const auto& moment : medians) {
+      if (moment.size() != medians.front().size()) throw std::logic_error("moment_spread: ragged medians");
+      lo = std::min(lo, moment[b]);
+      hi = std::max(hi, moment[b]);
+    }
+    out.push_back(lo > 0 ? hi / lo : 1.0);
+  }
+  return out;
+}
+
+std::string moment_spread_warning(const std::vector<int64_t>& batches, const std::vector<double>& spread,
+                                  double limit) {
+  if (spread.size() != batches.size()) throw std::logic_error("moment_spread_warning: one spread per batch size");
+  std::string wide;
+  double widest = 0;
+  for (size_t i = 0; i < spread.size(); ++i)
+    if (spread[i] > limit) {
+      wide += fmt::format("{}{}", wide.empty() ? "" : ", ", batches[i]);
+      widest = std::max(widest, spread[i]);
+    }
+  if (wide.empty()) return "";
+  return fmt::format(
+      "warning: whole-model decode steps of {} sequences ran at different speeds at different moments of the "
+      "calibration (up to {:.2f}x apart; {} sequence(s): {:.2f}x): the host changed speed for these shapes, and "
+      "the profile predicts the speed it ran at most; a run in the other state misses by as much "
+      "(docs/noisy-hosts.md; `validate --host-drift interleave` follows the host during a run)",
+      wide, widest, batches.front(), spread.front());
+}
+
 }  // namespace servesim::calibration

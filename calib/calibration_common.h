@@ -161,4 +161,13 @@ void measure_decode_step_factor(DeviceProfile& p, Executor& executor, const std:
 void set_gemm_factor(DeviceProfile& p, const std::vector<int64_t>& lengths, const std::vector<double>& measured_s,
                  int32_t block_size, const std::function<void(const std::string&)>& say);
 
+// Per batch size, the largest over the smallest of its per-moment median
+// step times (medians[moment][batch]): how far the host's speed for that
+// shape moved during the calibration.
+std::vector<double> moment_spread(const std::vector<std::vector<double>>& medians);
+// A warning naming the batch sizes whose spread is above `limit`, beside
+// the smallest batches' spread; empty when none is.
+std::string moment_spread_warning(const std::vector<int64_t>& batches, const std::vector<double>& spread,
+                                  double limit);
+
 }  // namespace servesim::calibration

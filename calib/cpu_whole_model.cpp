@@ -217,8 +217,15 @@ void WholeModelTimings::finish(DeviceProfile& p, const std::function<bool(size_t
                     s.steps_s.size()));
     calibration::set_decode_step_factor(p, s.step_batches, s.step_cached, bs, s.step_warm_up, s.step_timed, steps,
                                         say);
+    // Above this the moments disagree by more than the VM's usual jitter
+    // (1-4 sequences: 1.05-1.2x on the EPYC VM; experiments/results/heldout).
+    constexpr double kSpreadWarning = 1.3;
+    const std::vector<double> spread = calibration::moment_spread(medians);
+    const std::string warning = calibration::moment_spread_warning(s.step_batches, spread, kSpreadWarning);
+    if (!warning.empty()) say(warning);
     p.metadata["decode_in_situ"] = {
         {"sequences", s.step_batches},
+        {"moment_spread", spread},
         {"cached", {s.step_cached / 2, s.step_cached / 2 + s.step_cached}},
         {"seconds_median", medians},
         {"moments", s.in_situ_moments},
@@ -226,7 +233,8 @@ void WholeModelTimings::finish(DeviceProfile& p, const std::function<bool(size_t
         {"timed_steps", s.step_timed},
         {"meaning", "successive decode steps (contexts spread over 'cached', one token further each step; "
                     "median per moment and batch size here) at every other moment of the calibration ('moments': "
-                    "which); the factor is the median over the moments kept of measured / predicted"}};
+                    "which); the factor is the median over the moments kept of measured / predicted; "
+                    "'moment_spread': per batch size, the slowest moment's median over the fastest's"}};
   }
 }
 

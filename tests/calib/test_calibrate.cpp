@@ -526,6 +526,10 @@ TEST_CASE("A full calibration times the whole model at its moments, and the hook
     REQUIRE(moment.size() == 4);
     for (double s : moment.get<std::vector<double>>()) CHECK(s > 0);
   }
+  // How far each batch size's moments spread: the slowest over the fastest.
+  const auto spread = steps.at("moment_spread").get<std::vector<double>>();
+  REQUIRE(spread.size() == 4);
+  for (double x : spread) CHECK(x >= 1.0);
   REQUIRE(p.decode_step_factor.x == std::vector<double>{1, 2, 3, 4});
   for (double f : p.decode_step_factor.factor) CHECK((std::isfinite(f) && f > 0.1 && f < 10));
 

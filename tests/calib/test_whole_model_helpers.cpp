@@ -80,3 +80,24 @@ TEST_CASE("measure_decode_step_factor: the median of measured over predicted per
   calibration::DecodeSteps steps(4, 255, 1, 16);
   CHECK(fitted.breakdown(steps.plan()).total() == Approx(0.8 * tables.breakdown(steps.plan()).total()));
 }
+
+TEST_CASE("moment_spread: per batch size the slowest moment over the fastest, and a warning naming the wide ones") {
+  // medians[moment][batch] for batch sizes 1, 8, 16: 16 flips between two speeds.
+  const std::vector<std::vector<double>> medians = {{0.016, 0.052, 0.072}, {0.017, 0.080, 0.100},
+                                                    {0.018, 0.053, 0.075}};
+  const std::vector<double> spread = calibration::moment_spread(medians);
+  REQUIRE(spread.size() == 3);
+  CHECK(spread[0] == Approx(0.018 / 0.016));
+  CHECK(spread[1] == Approx(0.080 / 0.052));
+  CHECK(spread[2] == Approx(0.100 / 0.072));
+  const std::string warning = calibration::moment_spread_warning({1, 8, 16}, spread, 1.3);
+  CHECK(warning.find("of 8, 16 sequences") != std::string::npos);
+  CHECK(warning.find("1.54x apart") != std::string::npos);
+  CHECK(warning.find("1 sequence(s): 1.12x") != std::string::npos);
+  // Within the limit: no warning; one moment: no spread.
+  CHECK(calibration::moment_spread_warning({1, 8, 16}, spread, 1.6).empty());
+  CHECK(calibration::moment_spread({{0.01, 0.02}}) == std::vector<double>{1.0, 1.0});
+  CHECK(calibration::moment_spread({}).empty());
+  CHECK_THROWS(calibration::moment_spread({{0.01, 0.02}, {0.01}}));
+  CHECK_THROWS(calibration::moment_spread_warning({1, 8}, spread, 1.3));
+}
