@@ -38,8 +38,8 @@ struct StreamArrays {
   size_t n = 0;
   Array a, b, c;
   // Each array on transparent huge pages where the kernel offers them
-  // (madvise): first touching gigabytes of 4 KiB pages took a KVM guest
-  // 4.7 s per GiB, most of a calibration's ceilings phase.
+  // (madvise): a VM's first touch of gigabytes of 4 KiB pages can take
+  // longer than the benchmarks (docs/calibration.md#ceilings).
   explicit StreamArrays(size_t bytes_per_array);
 };
 

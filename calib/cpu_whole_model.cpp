@@ -217,8 +217,8 @@ void WholeModelTimings::finish(DeviceProfile& p, const std::function<bool(size_t
                     s.steps_s.size()));
     calibration::set_decode_step_factor(p, s.step_batches, s.step_cached, bs, s.step_warm_up, s.step_timed, steps,
                                         say);
-    // Above this the moments disagree by more than the VM's usual jitter
-    // (1-4 sequences: 1.05-1.2x on the EPYC VM; experiments/results/heldout).
+    // Above this the moments disagree by more than a shared VM's jitter
+    // between moments (docs/noisy-hosts.md#what-the-vms-did).
     constexpr double kSpreadWarning = 1.3;
     const std::vector<double> spread = calibration::moment_spread(medians);
     const std::string warning = calibration::moment_spread_warning(s.step_batches, spread, kSpreadWarning);
