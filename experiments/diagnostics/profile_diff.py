@@ -18,11 +18,15 @@ Usage: experiments/diagnostics/profile_diff.py A.json B.json [C.json ...] [--jso
        (every later profile against the first)
 """
 import argparse
-import bisect
 import json
-import math
+import os
 import statistics
 import sys
+
+import numpy
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from grid_thinning import interpolate as log_log_inside  # noqa: E402
 
 ONE_D = ["gemm_qkv", "gemm_o", "gemm_gate_up", "gemm_down", "elementwise", "lm_head", "sampling"]
 TWO_D = ["prefill_attention", "decode_attention"]
@@ -31,23 +35,9 @@ DECODE_CONTEXT = 128
 PREFILL_TOKENS = [16, 64, 128, 512, 2048]
 
 
-def between(xs, ys, x, log):
-    """ys at x from its neighbours on xs (ascending), clamped at the ends: linear in log y against
-    log x (log=True, the profile model's rule inside a grid) or linear (the whole-model factors')."""
-    if x <= xs[0]:
-        return ys[0]
-    if x >= xs[-1]:
-        return ys[-1]
-    i = bisect.bisect_left(xs, x)
-    if xs[i] == x:
-        return ys[i]
-    f = math.log if log else (lambda v: v)
-    w = (f(x) - f(xs[i - 1])) / (f(xs[i]) - f(xs[i - 1]))
-    return math.exp((1 - w) * math.log(ys[i - 1]) + w * math.log(ys[i])) if log else (1 - w) * ys[i - 1] + w * ys[i]
-
-
 def interpolate(xs, ys, x):
-    return between(xs, ys, x, log=True)
+    """The profile model's rule: log-log between grid points (grid_thinning's), clamped at the ends."""
+    return ys[0] if x <= xs[0] else ys[-1] if x >= xs[-1] else log_log_inside(xs, ys, x)
 
 
 def points(table):
@@ -66,7 +56,7 @@ def at_2d(table, x, y):
 
 def factor(table, name, x):
     t = table.get(name)
-    return between(t["x"], t["factor"], x, log=False) if t else 1.0
+    return float(numpy.interp(x, t["x"], t["factor"])) if t else 1.0  # linear, flat outside
 
 
 def decode_step(profile, b):
