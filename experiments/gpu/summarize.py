@@ -3,13 +3,16 @@
 experiments/gpu/run.sh filled: [cuda] test counts, the decoder benchmark
 against its targets, every kernel over its axes against the same run's
 ceilings, and each model's validation errors against the
-issue's targets (MAPE <= 3%, P50/P90 TTFT and TPOT within 5%).
+issue's targets (MAPE <= 3%, P50/P90 TTFT and TPOT within 5%), and their
+per-iteration errors by kind x sequences against issue 32's (decode
+buckets within +-3%).
 Usage: experiments/gpu/summarize.py WORK_DIR"""
 import csv
 import glob
 import json
 import os
 import re
+import statistics
 import sys
 import xml.etree.ElementTree as ET
 
@@ -97,6 +100,86 @@ def validation(work):
     return "\n".join(out) if out else "validation: no result"
 
 
+BUCKET_MIN = 10  # iterations a bucket needs to count (the held-out suite's rule)
+DECODE_TARGET = 0.03  # issue 32, GPU: decode buckets within +-3%
+
+
+SEQUENCE_EDGES = [1, 2, 4, 8, 16, 32, 64]  # validate/shape_breakdown.cpp's kSequenceEdges
+
+
+def sequence_label(n):
+    """validate's sequences bucket of an iteration of n sequences: 1, 2, 3-4, ..., 33-64, 65+."""
+    lo = 1
+    for hi in SEQUENCE_EDGES:
+        if n <= hi:
+            return str(hi) if lo == hi else f"{lo}-{hi}"
+        lo = hi + 1
+    return f"{lo}+"
+
+
+def buckets_from_iterations(path):
+    """by_kind_sequences (count, median_ratio) from a validate iterations.csv
+    (kind, sequences, measured_s, predicted_s): for runs made before
+    report.json carried the breakdown."""
+    ratios = {}
+    with open(path) as f:
+        for r in csv.DictReader(f):
+            ratios.setdefault((r["kind"], sequence_label(int(r["sequences"]))), []).append(
+                float(r["predicted_s"]) / float(r["measured_s"]))
+    return [{"kind": k, "sequences": q, "count": len(v), "median_ratio": statistics.median(v)}
+            for (k, q), v in ratios.items()]
+
+
+def breakdown(work):
+    """Each validation's predicted / measured by (kind x sequences)
+    (report_predict.json's iteration_breakdown: the median over a bucket's
+    iterations; from iterations.csv for runs older than the breakdown), one
+    column per point, against issue 32's GPU target:
+    every decode bucket of >= 10 iterations within +-3%."""
+    out = []
+    for model_dir in sorted(glob.glob(os.path.join(work, "validation", "*")) +
+                            glob.glob(os.path.join(work, "realistic", "*"))):
+        points = {}
+        for report in sorted(glob.glob(os.path.join(model_dir, "*", "report_predict.json"))):
+            point_dir = os.path.dirname(report)
+            with open(report) as f:
+                b = json.load(f).get("iteration_breakdown")
+            if b:
+                points[os.path.basename(point_dir)] = b["by_kind_sequences"]
+            elif os.path.exists(os.path.join(point_dir, "iterations.csv")):
+                points[os.path.basename(point_dir)] = buckets_from_iterations(os.path.join(point_dir, "iterations.csv"))
+        if not points:
+            continue
+        rows, misses, decode = {}, [], 0
+        for point, buckets in points.items():
+            for b in buckets:
+                if b["count"] < BUCKET_MIN:
+                    continue
+                rows.setdefault((b["kind"], b["sequences"]), {})[point] = b
+                if b["kind"] == "decode":
+                    decode += 1
+                    if abs(b["median_ratio"] - 1) > DECODE_TARGET:
+                        misses.append(f"{point} decode x {b['sequences']} ({b['median_ratio']:.3f})")
+        names = list(points)
+        out.append(f"\n{os.path.basename(model_dir)}: predicted / measured by kind x sequences, the median over each "
+                   f"bucket's iterations (buckets of >= {BUCKET_MIN}; target: decode within "
+                   f"+-{100 * DECODE_TARGET:.0f}%)\n")
+        out.append("| kind | sequences | " + " | ".join(names) + " |")
+        out.append("|---|---|" + "---|" * len(names))
+        order = {"prefill": 0, "mixed": 1, "decode": 2}
+
+        def lowest(seq):
+            return int(seq.split("-")[0].rstrip("+"))
+
+        for kind, seq in sorted(rows, key=lambda k: (order.get(k[0], 3), lowest(k[1]))):
+            cells = [f"{rows[(kind, seq)][n]['median_ratio']:.3f} ({rows[(kind, seq)][n]['count']})"
+                     if n in rows[(kind, seq)] else "-" for n in names]
+            out.append(f"| {kind} | {seq} | " + " | ".join(cells) + " |")
+        out.append(f"\ndecode buckets within +-{100 * DECODE_TARGET:.0f}%: {decode - len(misses)} of {decode}"
+                   + (f"; outside: {', '.join(misses)}" if misses else ""))
+    return "\n".join(out) if out else "breakdown: no validation report with an iteration_breakdown"
+
+
 def serve(work):
     """serve --device cuda driven by bench, then validate --measured with the server's iteration log."""
     path = os.path.join(work, "serve_bench", "summary.csv")
@@ -132,6 +215,7 @@ def main():
     print(bench(work))
     print(kernels(work))
     print(validation(work))
+    print(breakdown(work))
     print(serve(work))
 
 
