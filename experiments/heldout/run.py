@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """The held-out validation suite (issue 32): one calibration, then N
 workloads drawn by experiments/heldout/workloads.py served for real and
-predicted (`servesim validate`, --host-drift off: the profile alone, no
-timing of the host during the run), tabulated per workload. The figure of
+predicted (`servesim validate`, --host-drift off by default: the profile
+alone, no timing of the host during the run), tabulated per workload. The figure of
 merit is the worst workload, not the best.
 
 Per workload: iteration MAPE and the run's own noise floor, the decode and
@@ -20,8 +20,14 @@ profile.json (when it calibrated) and one validate folder per workload
 (report_predict.json, report_replay.json and iteration_breakdown.csv;
 --keep-runs keeps everything).
 
+With --host-drift report|interleave the calibration also times the drift
+probes and placement ratios (`calibrate --host-drift`) and every
+validation runs with that mode: interleave is servesim's remedy for a host
+that moves (docs/noisy-hosts.md), which times the host during the run.
+
 Usage: experiments/heldout/run.py [--servesim BIN] [--profile P | --quick] [--split heldout|tuning]
-       [--count N] [--first I] [--requests N] [--threads N] [--out DIR]
+       [--count N] [--first I] [--requests N] [--threads N] [--host-drift off|report|interleave]
+       [--out DIR]
 """
 import argparse
 import csv
@@ -152,6 +158,9 @@ def main():
     ap.add_argument("--requests", type=int, default=40)
     ap.add_argument("--predict-draws", type=int, default=1)
     ap.add_argument("--threads", type=int, help="decoder threads for calibrate and validate (default: theirs)")
+    ap.add_argument("--host-drift", choices=["off", "report", "interleave"], default="off",
+                    help="validate's --host-drift (default off: the profile alone); not off also calibrates with "
+                         "--host-drift")
     ap.add_argument("--keep-runs", action="store_true")
     ap.add_argument("--out", default=os.path.join(ROOT, "experiments/results/heldout/cpu_two_threads"))
     opts = ap.parse_args()
@@ -165,7 +174,8 @@ def main():
         profile = os.path.join(opts.out, "profile.json")
         t0 = time.monotonic()
         sh([opts.servesim, "calibrate", "--device", "cpu", "--model", MODEL, "--out", profile]
-           + (["--quick"] if opts.quick else []) + threads)
+           + (["--quick"] if opts.quick else []) + (["--host-drift"] if opts.host_drift != "off" else [])
+           + threads)
         calibration_s = time.monotonic() - t0
 
     rows, shapes = [], []
@@ -174,7 +184,7 @@ def main():
         print(f"[{k + 1}/{len(drawn)}] {w['name']}", file=sys.stderr, flush=True)
         folder, flags, rate = prepare(opts.servesim, profile, w, opts.out)
         sh([opts.servesim, "validate", "--device", "cpu", "--model", MODEL, "--profile", profile, "--mode",
-            "predict", "--seed", str(w["seed"] % 1_000_000), "--quiet", "--host-drift", "off", "--predict-draws",
+            "predict", "--seed", str(w["seed"] % 1_000_000), "--quiet", "--host-drift", opts.host_drift, "--predict-draws",
             str(opts.predict_draws), "--out", folder] + threads + scheduler_flags(w) + flags)
         with open(os.path.join(folder, "report_predict.json")) as f:
             report = json.load(f)
@@ -202,7 +212,7 @@ def main():
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "commit": provenance.commit(), "machine": provenance.machine(),
             "profile": os.path.relpath(profile, ROOT), "calibration_s": calibration_s, "quick": opts.quick,
-            "threads": opts.threads, "split": opts.split, "first": opts.first, "count": opts.count, "requests": opts.requests}
+            "threads": opts.threads, "host_drift": opts.host_drift, "split": opts.split, "first": opts.first, "count": opts.count, "requests": opts.requests}
     with open(os.path.join(opts.out, "metadata.json"), "w") as f:
         json.dump(meta, f, indent=2)
         f.write("\n")
