@@ -104,13 +104,12 @@ def rel(predicted, measured):
     return predicted / measured - 1
 
 
-def workload_row(servesim, folder, name, w, draws, sigma_choice, scratch):
+def workload_row(servesim, profile, folder, name, w, draws, sigma_choice, scratch):
     with open(os.path.join(folder, name, "report_predict.json")) as f:
         report = json.load(f)
     trace = os.path.join(scratch, name + ".csv")
     workloads.write_trace(w, trace)
     flags = simulate_flags(report["config"], trace)
-    profile = suite_profile(folder)
     single = simulate(servesim, profile, flags)
     for metric, q in STATS:
         committed = report[f"{metric}_s"]["predicted"][q]
@@ -136,10 +135,11 @@ def workload_row(servesim, folder, name, w, draws, sigma_choice, scratch):
 def suite_rows(servesim, folder, draws, sigma_choice, scratch):
     with open(os.path.join(folder, "workloads.jsonl")) as f:
         drawn = [json.loads(line) for line in f if line.strip()]
+    profile = suite_profile(folder)
     rows = []
     for w in drawn:
         if os.path.isfile(os.path.join(folder, w["name"], "report_predict.json")):
-            rows.append(workload_row(servesim, folder, w["name"], w, draws, sigma_choice, scratch))
+            rows.append(workload_row(servesim, profile, folder, w["name"], w, draws, sigma_choice, scratch))
     if not rows:
         sys.exit(f"{folder}: no workload folder with report_predict.json")
     return rows

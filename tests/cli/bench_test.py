@@ -21,20 +21,15 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cli_test import (Failure, Skipped, check, check_summary_schema, close, expect_input_error,  # noqa: E402
-                      load_summary, percentile, read_csv, run_case_from_argv)
+from cli_test import (case_registry, Failure, Skipped, check, check_summary_schema, close,  # noqa: E402
+                      expect_input_error, load_summary, percentile, read_csv, run_case_from_argv)
 
 FIRST_DELAY_S = 0.05
 GAP_S = 0.01
 BAD_MAX_TOKENS = 13   # the mock answers 400
 DROP_MAX_TOKENS = 17  # the mock drops the connection mid-stream
 
-CASES = {}
-
-
-def case(fn):
-    CASES[fn.__name__] = fn
-    return fn
+CASES, case = case_registry()
 
 
 class MockServer:

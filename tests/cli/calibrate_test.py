@@ -15,19 +15,14 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cli_test import check, close, expect_input_error, run_case_from_argv  # noqa: E402
+from cli_test import case_registry, check, close, expect_input_error, run_case_from_argv  # noqa: E402
 
-CASES = {}
+CASES, case = case_registry()
 
 # The phases a CPU calibration's wall time splits into (calib/calibrate.cpp).
 PHASES = {"ceilings", "setup", "gemm_qkv", "gemm_o", "gemm_gate_up", "gemm_down", "elementwise",
           "prefill_attention", "decode_attention", "lm_head", "sampling", "iteration_overhead", "whole_model",
           "whole_model_moments", "whole_model_fits"}
-
-
-def case(fn):
-    CASES[fn.__name__] = fn
-    return fn
 
 
 @case

@@ -141,12 +141,19 @@ def parse_azure_timestamp(text):
 
 # ---------------------------------------------------------------- cases
 
-CASES = {}
+def case_registry():
+    """(CASES, case): the cases of one *_test.py script by name, and the
+    decorator that adds a function to them."""
+    cases = {}
+
+    def case(fn):
+        cases[fn.__name__] = fn
+        return fn
+
+    return cases, case
 
 
-def case(fn):
-    CASES[fn.__name__] = fn
-    return fn
+CASES, case = case_registry()
 
 
 @case

@@ -18,7 +18,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cli_test import check, expect_input_error, load_summary, run_case_from_argv  # noqa: E402
+from cli_test import case_registry, check, expect_input_error, load_summary, run_case_from_argv  # noqa: E402
 
 # What require_device says when the device cannot be used
 # (kernels/cuda/cuda_decoder.cpp, kernels/cuda_plugin/cuda_loader.cpp).
@@ -82,12 +82,7 @@ def check_positive_curve(curve, name):
     check(all(s > 0 for s in curve["seconds"]), f"{name}: a time <= 0")
 
 
-CASES = {}
-
-
-def case(fn):
-    CASES[fn.__name__] = fn
-    return fn
+CASES, case = case_registry()
 
 
 @case

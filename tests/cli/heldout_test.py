@@ -17,14 +17,9 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cli_test import Failure, Skipped, check, run_case_from_argv  # noqa: E402
+from cli_test import case_registry, Failure, Skipped, check, run_case_from_argv  # noqa: E402
 
-CASES = {}
-
-
-def case(fn):
-    CASES[fn.__name__] = fn
-    return fn
+CASES, case = case_registry()
 
 
 def generator(ctx):

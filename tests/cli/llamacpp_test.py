@@ -18,19 +18,14 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cli_test import Failure, Skipped, check, run_case_from_argv  # noqa: E402
+from cli_test import case_registry, Skipped, check, run_case_from_argv  # noqa: E402
 
-CASES = {}
+CASES, case = case_registry()
 MODEL = "tiny-15m"
 # The engine's scheduling, given to servesim's predictions as the same flags.
 PARALLEL, CTX_PER_SEQ, BATCH = 8, 256, 64
 SCHEDULING = ["--scheduler", "chunked", "--max-num-seqs", str(PARALLEL), "--max-num-batched-tokens", str(BATCH)]
 WORKLOAD = ["--prompt-len", "uniform:16:96", "--output-len", "uniform:8:32", "--seed", "2"]
-
-
-def case(fn):
-    CASES[fn.__name__] = fn
-    return fn
 
 
 def engine_module(ctx):

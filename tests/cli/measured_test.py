@@ -13,22 +13,17 @@ List the cases: measured_test.py --list
 
 import json
 import os
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cli_test import Failure, check, close, expect_input_error, percentile, read_csv, run_case_from_argv  # noqa: E402
+from cli_test import (case_registry, check, close,  # noqa: E402
+                      expect_input_error, percentile, read_csv, run_case_from_argv)
 
-CASES = {}
+CASES, case = case_registry()
 
 # The costs a "measured" run is simulated with, for fit to find again.
 TRUTH = {"compute_efficiency": 0.45, "memory_efficiency": 0.62, "iteration_overhead_s": 1.2e-3}
 TRUTH_FLAGS = ["--compute-efficiency", "0.45", "--memory-efficiency", "0.62", "--iteration-overhead", "1.2ms"]
-
-
-def case(fn):
-    CASES[fn.__name__] = fn
-    return fn
 
 
 def load(path):

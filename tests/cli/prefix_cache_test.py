@@ -14,14 +14,9 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cli_test import check, expect_input_error, load_summary, read_csv, run_case_from_argv  # noqa: E402
+from cli_test import case_registry, check, expect_input_error, load_summary, read_csv, run_case_from_argv  # noqa: E402
 
-CASES = {}
-
-
-def case(fn):
-    CASES[fn.__name__] = fn
-    return fn
+CASES, case = case_registry()
 
 
 def read_bytes(path):

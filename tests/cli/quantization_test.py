@@ -12,14 +12,9 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cli_test import check, expect_input_error, load_summary, run_case_from_argv  # noqa: E402
+from cli_test import case_registry, check, expect_input_error, load_summary, run_case_from_argv  # noqa: E402
 
-CASES = {}
-
-
-def case(fn):
-    CASES[fn.__name__] = fn
-    return fn
+CASES, case = case_registry()
 
 
 WORKLOAD = ["--num-requests", "200", "--rate", "4", "--prompt-len", "fixed:512", "--output-len", "fixed:128",

@@ -13,15 +13,10 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cli_test import (check, check_summary_schema, close, expect_input_error, load_summary,  # noqa: E402
+from cli_test import (case_registry, check, check_summary_schema, close, expect_input_error, load_summary,  # noqa: E402
                       read_csv, run_case_from_argv)
 
-CASES = {}
-
-
-def case(fn):
-    CASES[fn.__name__] = fn
-    return fn
+CASES, case = case_registry()
 
 
 # ---------------------------------------------------------------- servesim run

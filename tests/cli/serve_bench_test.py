@@ -13,16 +13,11 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cli_test import check, expect_input_error, run_case_from_argv  # noqa: E402
+from cli_test import case_registry, check, expect_input_error, run_case_from_argv  # noqa: E402
 from serve_support import Server, metric  # noqa: E402
 
-CASES = {}
+CASES, case = case_registry()
 MODEL = "tiny-15m"
-
-
-def case(fn):
-    CASES[fn.__name__] = fn
-    return fn
 
 
 def bench(ctx, server, out, *flags):

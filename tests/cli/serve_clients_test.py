@@ -21,17 +21,12 @@ import urllib.parse
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cli_test import Failure, Skipped, check, run_case_from_argv  # noqa: E402
+from cli_test import case_registry, Skipped, check, run_case_from_argv  # noqa: E402
 from serve_support import Server, metric  # noqa: E402
 
-CASES = {}
+CASES, case = case_registry()
 MODEL = "tiny-15m"
 OPENAI_PACKAGE = "openai@4"  # the Node.js client's major version under test
-
-
-def case(fn):
-    CASES[fn.__name__] = fn
-    return fn
 
 
 def openai_client_dir(ctx):

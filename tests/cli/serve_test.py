@@ -17,16 +17,11 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cli_test import check, expect_input_error, run_case_from_argv  # noqa: E402
+from cli_test import case_registry, check, expect_input_error, run_case_from_argv  # noqa: E402
 from serve_support import Server, metric  # noqa: E402
 
-CASES = {}
+CASES, case = case_registry()
 MODEL = "tiny-15m"  # 32000 ids, context 256: quick on one core
-
-
-def case(fn):
-    CASES[fn.__name__] = fn
-    return fn
 
 
 def completion(prompt, max_tokens=8, **extra):

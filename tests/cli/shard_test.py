@@ -12,14 +12,9 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cli_test import check, expect_input_error, run_case_from_argv  # noqa: E402
+from cli_test import case_registry, check, expect_input_error, run_case_from_argv  # noqa: E402
 
-CASES = {}
-
-
-def case(fn):
-    CASES[fn.__name__] = fn
-    return fn
+CASES, case = case_registry()
 
 
 SWEEP = ["--grid", "rate=2,4,8", "--grid", "max-num-seqs=8,64", "--", "--num-requests", "40"]

@@ -14,14 +14,10 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cli_test import check, close, expect_input_error, load_summary, read_csv, run_case_from_argv  # noqa: E402
+from cli_test import (case_registry, check, close,  # noqa: E402
+                      expect_input_error, load_summary, read_csv, run_case_from_argv)
 
-CASES = {}
-
-
-def case(fn):
-    CASES[fn.__name__] = fn
-    return fn
+CASES, case = case_registry()
 
 
 # A few short requests, two at a time: a few seconds on 2 cores.

@@ -15,7 +15,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cli_test import check, expect_input_error, read_csv, run_case_from_argv  # noqa: E402
+from cli_test import case_registry, check, expect_input_error, read_csv, run_case_from_argv  # noqa: E402
 
 # Small, fast points: 40 requests of the default model on the h200 roofline.
 BASE = ["--num-requests", "40"]
@@ -78,12 +78,7 @@ def expected_ranks(rows, column, maximize):
 
 # ---------------------------------------------------------------- cases
 
-CASES = {}
-
-
-def case(fn):
-    CASES[fn.__name__] = fn
-    return fn
+CASES, case = case_registry()
 
 
 @case

@@ -16,7 +16,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cli_test import (check, check_summary_schema, close, expect_input_error,  # noqa: E402
+from cli_test import (case_registry, check, check_summary_schema, close, expect_input_error,  # noqa: E402
                       load_summary, read_csv, run_case_from_argv)
 
 
@@ -33,12 +33,7 @@ def by_id(out):
     return sorted(read_csv(os.path.join(out, "requests.csv")), key=lambda r: int(r["id"]))
 
 
-CASES = {}
-
-
-def case(fn):
-    CASES[fn.__name__] = fn
-    return fn
+CASES, case = case_registry()
 
 
 @case
