@@ -169,6 +169,14 @@ def table(rows):
     return "\n".join(out)
 
 
+def write_rows(path, rows):
+    """The rows (dicts with the same keys) as a CSV with a header."""
+    with open(path, "w", newline="") as f:
+        c = csv.DictWriter(f, fieldnames=list(rows[0]))
+        c.writeheader()
+        c.writerows(rows)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--servesim", default=os.path.join(ROOT, "build/release/cli/servesim"))
@@ -191,10 +199,7 @@ def main():
             rows += suite_rows(opts.servesim, folder, opts.draws, opts.sigma, scratch)
     print(table(rows))
     if opts.csv:
-        with open(opts.csv, "w", newline="") as f:
-            c = csv.DictWriter(f, fieldnames=list(rows[0]))
-            c.writeheader()
-            c.writerows(rows)
+        write_rows(opts.csv, rows)
 
 
 if __name__ == "__main__":

@@ -155,7 +155,9 @@ def main():
     ap.add_argument("--split", default="heldout", choices=sorted(workloads.SPLITS))
     ap.add_argument("--count", type=int, default=8)
     ap.add_argument("--first", type=int, default=0, help="index of the first workload")
-    ap.add_argument("--requests", type=int, default=40)
+    ap.add_argument("--requests", type=int, default=40,
+                    help="requests per workload (default 40; from 120 the latency target tests the cost level to "
+                         "1-2%% rather than 1%%: experiments/results/heldout/sample_size.md)")
     ap.add_argument("--predict-draws", type=int, default=1)
     ap.add_argument("--threads", type=int, help="decoder threads for calibrate and validate (default: theirs)")
     ap.add_argument("--host-drift", choices=["off", "report", "interleave"], default="off",

@@ -5,10 +5,8 @@ the committed one-thread held-out suite: the one simulation reproduces
 every committed prediction, its errors are summary.csv's, and a report
 whose prediction was altered is refused."""
 import csv
-import json
 import math
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -18,9 +16,10 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 DIAGNOSTICS = os.path.join(ROOT, "experiments", "diagnostics")
 sys.path.insert(0, DIAGNOSTICS)
 import heldout_draws  # noqa: E402
+from heldout_fixtures import SUITE  # noqa: E402
+import heldout_fixtures  # noqa: E402
 
 SCRIPT = os.path.join(DIAGNOSTICS, "heldout_draws.py")
-SUITE = os.path.join(ROOT, "experiments", "results", "heldout", "cpu_one_thread")
 SERVESIM = os.environ.get("SERVESIM")
 
 
@@ -107,15 +106,7 @@ class CommittedSuite(unittest.TestCase):
 
     def test_an_altered_prediction_is_refused(self):
         with tempfile.TemporaryDirectory() as tmp:
-            suite = os.path.join(tmp, "suite")
-            shutil.copytree(SUITE, suite, ignore=shutil.ignore_patterns("*.png", "iteration_breakdown.csv"))
-            first = sorted(d for d in os.listdir(suite) if d.startswith("heldout"))[0]
-            path = os.path.join(suite, first, "report_predict.json")
-            with open(path) as f:
-                report = json.load(f)
-            report["ttft_s"]["predicted"]["p50"] *= 1.01
-            with open(path, "w") as f:
-                json.dump(report, f)
+            suite = heldout_fixtures.altered_suite(tmp, "ttft_s", "p50", 1.01)
             r = self.run_script(suite, os.path.join(tmp, "rows.csv"))
             self.assertNotEqual(r.returncode, 0)
             self.assertIn("not the same simulation", r.stderr)
