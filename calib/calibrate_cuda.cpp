@@ -21,6 +21,7 @@
 #include "calib/cuda_ceilings.h"
 #include "calib/cuda_layer_kernels.h"
 #include "calib/cuda_timer.h"
+#include "sim/cost/decode_padding.h"
 #include "sim/cost/profile_model.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
@@ -129,13 +130,17 @@ DeviceProfile calibrate_cuda(const CalibrationOptions& options, std::function<vo
   const int64_t context = grids.decode_context.front();
   const std::vector<int64_t> in_situ = calibration::gemm_factor_lengths(options, max_context);
   const int64_t whole_tokens = std::max<int64_t>(context, in_situ.empty() ? 1 : in_situ.back());
-  // Whole decode steps of 1 .. max_num_seqs sequences around a context of
-  // 256 (spread over 128 .. 384, as a served batch's are) for the
-  // decode-step factor.
+  // Whole decode steps around a context of 256 (spread over 128 .. 384, as a
+  // served batch's are) for the decode-step factor, at every batch the
+  // decoder pads a decode step to (its CUDA-graph buckets) up to the one
+  // of max_num_seqs, at most 256: a step's time follows its bucket and can
+  // jump from one bucket to the next, which g interpolated between a few
+  // batch sizes would miss (docs/cost-models.md, "Padded decode steps").
+  const DecodePadding padding = DecodePadding::cuda_graphs(CudaDecoderOptions{}.max_graph_batch);
   const int64_t step_cached = std::min<int64_t>(256, max_context) - 1;
   std::vector<int64_t> step_batches;
-  for (int64_t b : {1, 4, 16, 64, 256})
-    if (b <= options.max_num_seqs) step_batches.push_back(b);
+  const int64_t largest_step = padding.bucket(std::min<int64_t>(options.max_num_seqs, 256));
+  for (int64_t b = 1; b <= largest_step; b = padding.bucket(b + 1)) step_batches.push_back(b);
   const int64_t step_sequences = step_batches.empty() ? 0 : step_batches.back();
   const int64_t step_count = calibration::kDecodeStepWarmUp + (quick ? kQuickDecodeRepetitions : kDecodeRepetitions);
   const int64_t decoder_blocks =
@@ -178,6 +183,7 @@ DeviceProfile calibrate_cuda(const CalibrationOptions& options, std::function<vo
   p.device_kind = "cuda";
   p.device_description = fmt::format("{} {}", device.name(), prop.name);
   p.threads = 0;
+  p.decode_padding = padding;
   p.dtype = "bf16";
   p.block_size = bs;
   p.model = model;

@@ -29,10 +29,11 @@
 // DecoderExecutor: staging, a CUDA-graph replay, token selection, sync),
 // minus the tables' prediction for it, clamped at 0. gemm_factor: whole-
 // model prefills of 32 and 128 (full: also 512) tokens, as on the CPU.
-// decode_step_factor: whole-model decode steps of 1, 4, 16, 64 and 256 sequences
-// (up to max_num_seqs) around context 256 (calibration::DecodeSteps),
-// graph-replayed as served, over what
-// the rest of the profile predicts for them. No anchor probes
+// decode_step_factor: whole-model decode steps at every batch the decoder
+// pads a decode step to (1, 2, 4, then multiples of 8: decode_padding, the
+// rule the profile records) up to the bucket of min(max_num_seqs, 256),
+// around context 256 (calibration::DecodeSteps), graph-replayed as served,
+// over what the rest of the profile predicts for them. No anchor probes
 // (calib/anchor.h; a GPU keeps its speed).
 // The raw measurements (every repetition's seconds) go to
 // options.raw_benchmarks_path as JSON: {"context": {...}, "benchmarks":

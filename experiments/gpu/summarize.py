@@ -5,7 +5,8 @@ against its targets, every kernel over its axes against the same run's
 ceilings, and each model's validation errors against the
 issue's targets (MAPE <= 3%, P50/P90 TTFT and TPOT within 5%), and their
 per-iteration errors by kind x sequences against issue 32's (decode
-buckets within +-3%).
+buckets within +-3%), and the decode steps by the CUDA-graph bucket they
+ran at (decode_buckets.py).
 Usage: experiments/gpu/summarize.py WORK_DIR"""
 import csv
 import glob
@@ -15,6 +16,8 @@ import re
 import statistics
 import sys
 import xml.etree.ElementTree as ET
+
+from decode_buckets import decode_buckets  # experiments/gpu/decode_buckets.py
 
 
 def tests(work):
@@ -216,6 +219,7 @@ def main():
     print(kernels(work))
     print(validation(work))
     print(breakdown(work))
+    print(decode_buckets(work))
     print(serve(work))
 
 

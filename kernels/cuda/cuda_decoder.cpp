@@ -13,6 +13,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <optional>
 
@@ -25,6 +26,7 @@
 #include "kernels/decoder/decoder_precision.h"
 #include "kernels/decoder/device_choice.h"
 #include "kernels/decoder/forward.h"
+#include "sim/cost/decode_padding.h"
 #include "sim/errors.h"
 
 namespace servesim {
@@ -32,12 +34,10 @@ namespace {
 
 using cuda::bf16;
 
-// The bucket a decode batch of n sequences is padded to.
+// The bucket a decode batch of n sequences is padded to (the rule a CUDA
+// profile records, so that the simulator costs the same padded step).
 int32_t graph_bucket(int32_t n) {
-  if (n <= 1) return 1;
-  if (n <= 2) return 2;
-  if (n <= 4) return 4;
-  return (n + 7) / 8 * 8;
+  return int32_t(DecodePadding::cuda_graphs(std::numeric_limits<int32_t>::max()).bucket(n));
 }
 
 // Every sequence has one new token and samples it, in row order.

@@ -92,6 +92,7 @@ nlohmann::json DeviceProfile::to_json() const {
                  {"iteration_overhead_s", iteration_overhead_s},
                  {"gemm_in_situ", {{"x", gemm_factor.x}, {"factor", gemm_factor.factor}}},
                  {"decode_in_situ", {{"x", decode_step_factor.x}, {"factor", decode_step_factor.factor}}}};
+  if (decode_padding.enabled()) j["decode_padding"] = decode_padding.to_json();
   if (prefill_fit && decode_fit)
     j["tables"]["attention_fits"] = {{"prefill", fit_json(*prefill_fit)}, {"decode", fit_json(*decode_fit)}};
   j["ceilings"] = {{"stream_copy_bytes_per_s", stream_copy_bytes_per_s},
@@ -205,6 +206,8 @@ DeviceProfile DeviceProfile::from_json(const nlohmann::json& j, const std::strin
     throw InputError(fmt::format("{}: tables.iteration_overhead_s must be >= 0", source));
   p.gemm_factor = read_factor_curve(tables, "gemm_in_situ", source);
   p.decode_step_factor = read_factor_curve(tables, "decode_in_situ", source);
+  if (j.contains("decode_padding"))
+    p.decode_padding = DecodePadding::from_json(j["decode_padding"], source + ": decode_padding");
   p.prefill_fit = read_fit(tables, "prefill", source);
   p.decode_fit = read_fit(tables, "decode", source);
 

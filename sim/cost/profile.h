@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sim/cost/attention_fit.h"
+#include "sim/cost/decode_padding.h"
 #include "sim/model_spec.h"
 
 namespace servesim {
@@ -78,6 +79,10 @@ struct DeviceProfile {
   // replays such steps from a CUDA graph runs its kernels back to back, with
   // none of the launch and ramp time each pays when timed alone.
   FactorCurve decode_step_factor;
+  // How the executor pads such a step before it runs it (JSON
+  // "decode_padding"; absent: none). The tables and g are then read at the
+  // padded batch (sim/cost/decode_padding.h).
+  DecodePadding decode_padding;
 
   // The attention tables' fits (sim/cost/attention_fit.h), as computed when
   // the profile was written; a ProfileModel uses them where they agree with

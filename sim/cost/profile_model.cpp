@@ -288,8 +288,13 @@ bool is_decode_step(const IterationPlan& plan) {
 
 ProfileBreakdown ProfileModel::breakdown(const IterationPlan& plan) const {
   const double L = double(model_.num_hidden_layers);
-  const double T = double(plan.num_tokens());
-  const double S = double(plan.num_sample_rows);
+  // A decode step the executor pads runs `padding` more one-token rows at
+  // context 1, each sampled (sim/cost/decode_padding.h).
+  const bool decode_step = is_decode_step(plan);
+  const int64_t sequences = int64_t(plan.sequences.size());
+  const double padding = decode_step ? double(profile_.decode_padding.bucket(sequences) - sequences) : 0.0;
+  const double T = double(plan.num_tokens()) + padding;
+  const double S = double(plan.num_sample_rows) + padding;
   ProfileBreakdown out;
   if (T > 0) {
     const double f = gemm_factor(T);
@@ -308,12 +313,14 @@ ProfileBreakdown ProfileModel::breakdown(const IterationPlan& plan) const {
       decode_pairs += attention_pairs(q, c);
     }
   }
+  decode_rows += padding;
+  decode_pairs += padding * attention_pairs(1, 0);
   out.prefill_attention = L * prefill;
   out.decode_attention = L * decode_attention_seconds(decode_rows, decode_pairs);
   if (S > 0) out.lm_head = op_seconds(ProfileOp::LmHead, S) + op_seconds(ProfileOp::Sampling, S);
   out.overhead = profile_.iteration_overhead_s;
-  if (!profile_.decode_step_factor.x.empty() && is_decode_step(plan)) {
-    const double g = decode_step_factor(double(plan.sequences.size()));
+  if (!profile_.decode_step_factor.x.empty() && decode_step) {
+    const double g = decode_step_factor(double(sequences) + padding);
     for (double* part : {&out.gemm, &out.elementwise, &out.prefill_attention, &out.decode_attention, &out.lm_head,
                          &out.overhead})
       *part *= g;
@@ -340,6 +347,7 @@ nlohmann::json ProfileModel::describe() const {
           {"decode_in_situ",
            {{"x", profile_.decode_step_factor.x}, {"factor", profile_.decode_step_factor.factor}}},
           {"iteration_overhead_s", profile_.iteration_overhead_s},
+          {"decode_padding", profile_.decode_padding.enabled() ? profile_.decode_padding.to_json() : nullptr},
           {"ceilings",
            {{"stream_copy_bytes_per_s", profile_.stream_copy_bytes_per_s},
             {"stream_triad_bytes_per_s", profile_.stream_triad_bytes_per_s},

@@ -23,6 +23,7 @@
 #include "validate/validation.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_buffer.h"
+#include "kernels/decoder/decoder_model.h"
 #include "sim/errors.h"
 #include "sim/model_spec.h"
 #include "support/test_support.h"
@@ -146,9 +147,13 @@ TEST_CASE("cuda calibration: a quick run fills every table on its grid, bf16 on 
   CHECK((std::isfinite(p.iteration_overhead_s) && p.iteration_overhead_s >= 0));
   CHECK(p.gemm_factor.x == std::vector<double>{32, 128});
   for (double f : p.gemm_factor.factor) CHECK((std::isfinite(f) && f >= 0.1));
-  // Decode steps of 1 .. max_num_seqs (64) sequences; a graph replay is
-  // neither ten times faster nor slower than its kernels timed alone.
-  CHECK(p.decode_step_factor.x == std::vector<double>{1, 4, 16, 64});
+  // Decode steps at every bucket the decoder pads to, up to max_num_seqs
+  // (64), and the rule recorded; a graph replay is neither ten times faster
+  // nor slower than its kernels timed alone.
+  CHECK(p.decode_step_factor.x == std::vector<double>{1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64});
+  CHECK(p.decode_padding.sizes == std::vector<int64_t>{1, 2, 4});
+  CHECK(p.decode_padding.multiple == 8);
+  CHECK(p.decode_padding.max_batch == CudaDecoderOptions{}.max_graph_batch);
   for (double f : p.decode_step_factor.factor) CHECK((std::isfinite(f) && f > 0.1 && f < 10));
 
   int families = 0;

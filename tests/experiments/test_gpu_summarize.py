@@ -2,8 +2,10 @@
 predicted / measured by kind x sequences from each validation's
 report_predict.json (or, for older runs, its iterations.csv with
 validate's sequence buckets), buckets under 10 iterations left out, and
-the count of decode buckets within issue 32's +-3%; and the whole summary
-on a folder with nothing in it."""
+the count of decode buckets within issue 32's +-3%; decode_buckets.py's
+padding rule (the CUDA decoder's, or the profile's) and its table of steps
+by the bucket they ran at; and the whole summary on a folder with nothing
+in it."""
 import csv
 import json
 import os
@@ -14,6 +16,7 @@ import unittest
 
 GPU = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "experiments", "gpu")
 sys.path.insert(0, GPU)
+import decode_buckets  # noqa: E402
 import summarize  # noqa: E402
 
 
@@ -73,6 +76,35 @@ class Breakdown(unittest.TestCase):
                                   text=True)
             self.assertEqual(done.returncode, 0, done.stderr)
             self.assertIn("breakdown: no validation report", done.stdout)
+            self.assertIn("decode buckets: no validation with decode steps", done.stdout)
+
+
+class DecodeBuckets(unittest.TestCase):
+    def test_the_cuda_rule(self):
+        rule = decode_buckets.CUDA_GRAPHS
+        for n, b in ((1, 1), (2, 2), (3, 4), (5, 8), (9, 16), (32, 32), (33, 40), (512, 512), (513, 513)):
+            self.assertEqual(decode_buckets.bucket(n, rule), b, n)
+        self.assertEqual(decode_buckets.bucket(5, {"sizes": [2], "multiple": 4, "max_batch": 100}), 8)
+
+    def test_the_profile_rule_first(self):
+        with tempfile.TemporaryDirectory() as work:
+            self.assertEqual(decode_buckets.padding_rule(work), decode_buckets.CUDA_GRAPHS)
+            rule = {"sizes": [1], "multiple": 16, "max_batch": 64}
+            with open(os.path.join(work, "profile.json"), "w") as f:
+                json.dump({"decode_padding": rule}, f)
+            self.assertEqual(decode_buckets.padding_rule(work), rule)
+
+    def test_steps_by_bucket(self):
+        with tempfile.TemporaryDirectory() as work:
+            # Batches 33 and 40 both run as 40: the same measured step, a
+            # prediction that rises with the batch.
+            rows = ([("decode", 33, 0.006, 0.0054)] * 3 + [("decode", 40, 0.006, 0.0060)] * 3 +
+                    [("decode", 32, 0.005, 0.005)] * 2 + [("prefill", 1, 0.01, 0.02)])
+            write_point(work, "m", "p", iterations=rows)
+            lines = decode_buckets.decode_buckets(work).splitlines()
+            self.assertIn("| 40 | 6 | 6.00 | 0.950 | 33: 0.900 | 40: 1.000 |", lines)
+            self.assertIn("| 32 | 2 | 5.00 | 1.000 | - | - |", lines)
+            self.assertFalse(any(line.startswith("| 1 |") for line in lines), "a prefill was counted")
 
 
 if __name__ == "__main__":
