@@ -65,7 +65,10 @@
 // what the CUDA decoder replays from a CUDA graph -- is the sum above times
 // g(B), B its number of sequences; g is the measured whole step over that
 // sum at each calibrated B, linear in log B between them and the nearest
-// end's value beyond. A profile without the curve uses g = 1.
+// end's value beyond. A profile without the curve uses g = 1. Where the
+// profile records that the executor pads such a step (decode_padding: the
+// CUDA decoder's graph buckets), the step is costed as the one it runs:
+// bucket(B) - B more one-token rows at context 1, and g at bucket(B).
 #pragma once
 
 #include <array>
