@@ -38,7 +38,6 @@ import heldout_draws  # experiments/diagnostics/heldout_draws.py: the suite's si
 from heldout_draws import STATS, TARGET, ROOT, workloads
 
 
-
 def request_counts(text):
     """--requests: counts >= 1. Raises ValueError naming what is wrong."""
     try:

@@ -37,7 +37,8 @@ using cuda::bf16;
 // The bucket a decode batch of n sequences is padded to (the rule a CUDA
 // profile records, so that the simulator costs the same padded step).
 int32_t graph_bucket(int32_t n) {
-  return int32_t(DecodePadding::cuda_graphs(std::numeric_limits<int32_t>::max()).bucket(n));
+  static const DecodePadding rule = DecodePadding::cuda_graphs(std::numeric_limits<int32_t>::max());
+  return int32_t(rule.bucket(n));
 }
 
 // Every sequence has one new token and samples it, in row order.
