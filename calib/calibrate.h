@@ -100,13 +100,16 @@ struct CalibrationHooks {
 
 // The sizes each table is measured at (ascending), from the options.
 //   tokens M (GEMMs): full every M from 1 to 64 on the CPU, then 128, 256,
-//       ..., max_batched_tokens (CUDA: 1, 2, 4, ..., max_batched_tokens);
-//       quick every M from 1 to 32, then 64, 256, max_batched_tokens on the
-//       CPU, 1, 4, 16, 64, 256, max_batched_tokens on CUDA (values above it
-//       dropped).
-//   elementwise M: as the GEMMs, but on the CPU full 1, 2, 3, 4, 6, 8, 12,
-//       ..., 48, 64, 128, ..., max_batched_tokens and quick 1, 2, 4, 8, 16,
-//       64, 256, max_batched_tokens (its cost has no kernel change to follow).
+//       ..., max_batched_tokens; on CUDA the edges of cuBLASLt's algorithm
+//       buckets (kernels/decoder/gemm_buckets.h): 1, 2, 4, 8, 16, ..., 256
+//       by 8, then each wider bucket's bottom and top, 257, 320, 321, 384,
+//       385, 448, ..., max_batched_tokens; quick every M from 1 to 32, then
+//       64, 256, max_batched_tokens on the CPU, 1, 4, 16, 64, 256,
+//       max_batched_tokens on CUDA (values above it dropped).
+//   elementwise M: on the CPU full 1, 2, 3, 4, 6, 8, 12, ..., 48, 64, 128,
+//       ..., max_batched_tokens and quick 1, 2, 4, 8, 16, 64, 256,
+//       max_batched_tokens (its cost has no kernel change to follow); on
+//       CUDA full 1, 2, 4, ..., max_batched_tokens, quick as the GEMMs.
 //   prefill q: full 1, 2, 4, ..., max_batched_tokens; quick 16, 128, 512
 //       (capped at max_batched_tokens).
 //   prefill c + 1: full 1, 16, 32, 64, ..., max_context; quick 1, 256,
@@ -117,12 +120,12 @@ struct CalibrationHooks {
 //       sqrt(16 max_context), max_context. The longest L is lowered so that
 //       the largest cell's K and V (one layer) fit in 2 GiB.
 //   LM head rows S: full every S from 1 to 64 on the CPU, then 128, ...,
-//       max_num_seqs (CUDA: 1, 2, 4, ..., max_num_seqs); quick every S from 1
-//       to 32, then 64, max_num_seqs on the CPU, 1, 8, 64, max_num_seqs on
-//       CUDA (S never exceeds max_batched_tokens).
-//   sampling rows S: as the LM head, but on the CPU full 1, 2, 3, 4, 6, 8,
-//       12, ..., 48, 64, 128, ..., max_num_seqs and quick 1, 2, 4, 8, 16, 64,
-//       max_num_seqs.
+//       max_num_seqs (CUDA: the algorithm buckets' edges, as the GEMMs);
+//       quick every S from 1 to 32, then 64, max_num_seqs on the CPU, 1, 8,
+//       64, max_num_seqs on CUDA (S never exceeds max_batched_tokens).
+//   sampling rows S: on the CPU full 1, 2, 3, 4, 6, 8, 12, ..., 48, 64,
+//       128, ..., max_num_seqs and quick 1, 2, 4, 8, 16, 64, max_num_seqs;
+//       on CUDA full 1, 2, 4, ..., max_num_seqs, quick as the LM head.
 // max_context = 0 means the model's max_position_embeddings. Each axis ends
 // with its maximum even where that is not a power of two.
 // On cuda: max_batched_tokens is at most kCudaMaxBatchedTokens; decode b is

@@ -9,6 +9,7 @@
 #include "calib/calibrate.h"
 #include "calib/calibration_common.h"
 #include "kernels/decoder/device_choice.h"
+#include "kernels/decoder/gemm_buckets.h"
 #include "sim/errors.h"
 
 namespace servesim {
@@ -67,6 +68,29 @@ std::vector<int64_t> half_octaves_then_doubling(int64_t dense, int64_t hi) {
     for (int64_t y : doubling(x, hi)) v.push_back(y);
   } else if (v.back() != top) {
     v.push_back(top);
+  }
+  return v;
+}
+
+// The CUDA GEMM axis: the edges of cuBLASLt's algorithm buckets
+// (kernels/decoder/gemm_buckets.h) up to hi. The backend runs every T of a
+// bucket (lo, hi] with the algorithm chosen for hi, so a GEMM's time steps
+// at each edge, up or down (on the H200, 8B: 8.6 ms prefills at 256 tokens,
+// 9.9-10.5 ms at 257-258; 16-17 ms at 387-446, 12.5-13 ms at 450-508:
+// docs/calibration.md#grids); interpolating between powers of two missed
+// the steps by up to 30%. Each bucket's top is timed, and its bottom lo + 1
+// too where the bucket is wider than kNarrowBucket rows (past 256), so the
+// log-log interpolation between them stays inside one algorithm; within a
+// bucket of 8 rows the tiles barely change.
+constexpr int64_t kNarrowBucket = 8;
+std::vector<int64_t> algorithm_bucket_edges(int64_t hi) {
+  std::vector<int64_t> v;
+  int64_t lo = 0;
+  for (int64_t top : gemm_algorithm_buckets(hi)) {
+    const int64_t timed_top = std::min(top, hi);
+    if (top - lo > kNarrowBucket && lo + 1 < timed_top) v.push_back(lo + 1);
+    v.push_back(timed_top);
+    lo = top;
   }
   return v;
 }
@@ -170,17 +194,18 @@ CalibrationGrids calibration_grids(const CalibrationOptions& o) {
     g.sampling_rows = device.cuda ? g.lm_head_rows : capped({1, 2, 4, 8, 16, 64}, max_rows);
     g.sampling_rows.push_back(max_rows);
   } else {
-    // cuBLAS changes tiles at multiples of 64 and more: doubling suffices there.
-    g.tokens = device.cuda ? doubling(1, max_tokens) : dense_then_doubling(kDenseTokens, max_tokens);
+    g.tokens = device.cuda ? algorithm_bucket_edges(max_tokens) : dense_then_doubling(kDenseTokens, max_tokens);
     g.prefill_query = doubling(1, max_tokens);
     g.prefill_cached = {0};
     for (int64_t y : doubling(16, max_context)) g.prefill_cached.push_back(y - 1);
     g.decode_batch = doubling(1, device.cuda ? o.max_num_seqs : std::min<int32_t>(64, o.max_num_seqs));
     // The LM head is a matmul of S rows: the same kernels as the GEMMs.
-    g.lm_head_rows = device.cuda ? doubling(1, max_rows) : dense_then_doubling(kDenseTokens, max_rows);
-    // Near-linear costs: no kernel changes to follow (half_octaves_then_doubling).
-    g.elementwise_tokens = device.cuda ? g.tokens : half_octaves_then_doubling(kDenseTokens, max_tokens);
-    g.sampling_rows = device.cuda ? g.lm_head_rows : half_octaves_then_doubling(kDenseTokens, max_rows);
+    g.lm_head_rows = device.cuda ? algorithm_bucket_edges(max_rows) : dense_then_doubling(kDenseTokens, max_rows);
+    // Near-linear costs: no kernel changes to follow (half_octaves_then_doubling;
+    // on CUDA the servesim kernels' cost grows smoothly too).
+    g.elementwise_tokens =
+        device.cuda ? doubling(1, max_tokens) : half_octaves_then_doubling(kDenseTokens, max_tokens);
+    g.sampling_rows = device.cuda ? doubling(1, max_rows) : half_octaves_then_doubling(kDenseTokens, max_rows);
   }
   // The longest decode context: the largest cell's K and V within budget.
   const double per_token = kv_bytes_per_token_layer(o.model, device);

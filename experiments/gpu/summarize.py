@@ -5,8 +5,10 @@ against its targets, every kernel over its axes against the same run's
 ceilings, and each model's validation errors against the
 issue's targets (MAPE <= 3%, P50/P90 TTFT and TPOT within 5%), and their
 per-iteration errors by kind x sequences against issue 32's (decode
-buckets within +-3%), and the decode steps by the CUDA-graph bucket they
-ran at (decode_buckets.py).
+buckets within +-3%), the decode steps by the CUDA-graph bucket they
+ran at (decode_buckets.py), and the prefill and mixed iterations of more
+than 128 tokens by the cuBLASLt algorithm bucket of their tokens
+(gemm_buckets.py).
 Usage: experiments/gpu/summarize.py WORK_DIR"""
 import csv
 import glob
@@ -18,6 +20,7 @@ import sys
 import xml.etree.ElementTree as ET
 
 from decode_buckets import decode_buckets  # experiments/gpu/decode_buckets.py
+from gemm_buckets import gemm_buckets  # experiments/gpu/gemm_buckets.py
 
 
 def tests(work):
@@ -220,6 +223,7 @@ def main():
     print(validation(work))
     print(breakdown(work))
     print(decode_buckets(work))
+    print(gemm_buckets(work, min_tokens=129))
     print(serve(work))
 
 

@@ -75,13 +75,13 @@ void Backend::prepare_gemms(const Weights& w, Scratch& s, int64_t max_tokens, in
     gemm_.prepare(p.N, p.K, false, max_tokens);
     const bf16* in = p.K <= I ? s.act.data() : p.K <= d ? s.h.data() : nullptr;
     const size_t in_rows = p.K <= I ? s.act.size() / size_t(p.K) : s.h.size() / size_t(p.K);
-    for (int64_t b : gemm_buckets(max_tokens)) {
+    for (int64_t b : gemm_algorithm_buckets(max_tokens)) {
       if (!in || size_t(b) > in_rows || size_t(b * p.N) > s.gate_up.size()) break;
       gemm_.bf16_out(in, p.w, b, p.N, p.K, s.gate_up.data());
     }
   }
   gemm_.prepare(V, d, true, max_sample_rows);  // LM head, fp32 logits
-  for (int64_t b : gemm_buckets(max_sample_rows)) {
+  for (int64_t b : gemm_algorithm_buckets(max_sample_rows)) {
     if (size_t(b * d) > s.last.size() || size_t(b * V) > s.logits.size()) break;
     gemm_.f32_out(s.last.data(), w.lm_head, b, V, d, s.logits.data());
   }

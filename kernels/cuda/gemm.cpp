@@ -50,24 +50,6 @@ struct Layouts {
 
 }  // namespace
 
-int64_t gemm_bucket(int64_t T) {
-  if (T <= 1) return 1;
-  if (T <= 2) return 2;
-  if (T <= 4) return 4;
-  if (T <= 256) return (T + 7) / 8 * 8;  // the decode graphs' batch buckets (cuda_decoder.cpp)
-  // Four steps per octave: 320, 384, 448, 512, 640, ...
-  int64_t octave = 256;
-  while (octave * 2 < T) octave *= 2;
-  const int64_t step = octave / 4;
-  return (T + step - 1) / step * step;
-}
-
-std::vector<int64_t> gemm_buckets(int64_t max_T) {
-  std::vector<int64_t> buckets;
-  for (int64_t T = 1; T <= max_T; T = buckets.back() + 1) buckets.push_back(gemm_bucket(T));
-  return buckets;
-}
-
 Gemm::Gemm(cudaStream_t stream) : stream_(stream), workspace_(kWorkspaceBytes) {
   CUBLAS_CHECK(cublasLtCreate(&handle_));
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&op_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -98,7 +80,7 @@ void Gemm::set_small_m_rows(int32_t rows) {
 void Gemm::prepare(int64_t N, int64_t K, bool f32_out, int64_t max_T) {
   const int out_type = f32_out ? CUDA_R_32F : CUDA_R_16BF;
   cublasLtMatmulAlgo_t algo;
-  for (int64_t bucket : gemm_buckets(max_T))
+  for (int64_t bucket : gemm_algorithm_buckets(max_T))
     algorithm(Key{checked(N, "N"), checked(K, "K"), out_type, kMaxAlignment, bucket}, algo);
 }
 
@@ -157,7 +139,7 @@ void Gemm::run(const bf16* in, const bf16* w, int64_t T, int64_t N, int64_t K, v
   cublasLtMatmulAlgo_t algo;
   // The bucket's algorithm; where cuBLASLt refuses it for this T (or offers
   // none for the bucket), one chosen for this exact T.
-  if (algorithm(Key{N, K, int(out_type), alignment, gemm_bucket(T)}, algo) &&
+  if (algorithm(Key{N, K, int(out_type), alignment, gemm_algorithm_bucket(T)}, algo) &&
       matmul(in, w, T, N, K, out, out_type, algo) == CUBLAS_STATUS_SUCCESS)
     return;
   if (!algorithm(Key{N, K, int(out_type), alignment, T}, algo))

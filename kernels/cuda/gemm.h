@@ -13,9 +13,11 @@
 // algorithm and for its kernel's first launch, more than the prefill itself
 // (docs/cuda.md has the H200 measurements). The algorithm is chosen once per
 // bucket of T (rounded up: 1, 2, 4, 8, multiples of 8 to 256, then four
-// steps per octave, every T of a bucket reusing it); prepare() chooses every
-// bucket's up to a bound, and the CUDA decoder launches each bucket once at
-// start-up (Backend::prepare_gemms), as a serving engine's warm-up does.
+// steps per octave, every T of a bucket reusing it: the rule is
+// kernels/decoder/gemm_buckets.h, which the calibration's GEMM axis follows
+// too); prepare() chooses every bucket's up to a bound, and the CUDA
+// decoder launches each bucket once at start-up (Backend::prepare_gemms), as
+// a serving engine's warm-up does.
 #pragma once
 
 #include <cublasLt.h>
@@ -27,13 +29,9 @@
 
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/device_buffer.h"
+#include "kernels/decoder/gemm_buckets.h"  // gemm_algorithm_bucket: the buckets
 
 namespace servesim::cuda {
-
-// The T an algorithm is chosen for: T rounded up to its bucket.
-int64_t gemm_bucket(int64_t T);
-// Every bucket a T in 1 .. max_T falls in, ascending (the last may exceed max_T).
-std::vector<int64_t> gemm_buckets(int64_t max_T);
 
 class Gemm {
  public:

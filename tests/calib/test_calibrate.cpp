@@ -335,14 +335,32 @@ TEST_CASE("Calibration grids on cuda: the decode batch reaches max_num_seqs, bf1
   o.device = "cuda";
   SECTION("full") {
     const CalibrationGrids g = calibration_grids(o);
-    CHECK(g.tokens == std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048});
-    CHECK(g.prefill_query == g.tokens);
+    // The GEMMs and the LM head at the edges of cuBLASLt's algorithm buckets
+    // (kernels/decoder/gemm_buckets.h): every top to 256, then each wider
+    // bucket's bottom and top.
+    std::vector<int64_t> edges_to_256{1, 2, 4};
+    for (int64_t m = 8; m <= 256; m += 8) edges_to_256.push_back(m);
+    std::vector<int64_t> tokens = edges_to_256;
+    for (int64_t m : {257, 320, 321, 384, 385, 448, 449, 512, 513, 640, 641, 768, 769, 896, 897, 1024, 1025, 1280,
+                      1281, 1536, 1537, 1792, 1793, 2048})
+      tokens.push_back(m);
+    CHECK(g.tokens == tokens);
+    CHECK(g.lm_head_rows == edges_to_256);
+    const std::vector<int64_t> doubling_to_2048{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048};
+    CHECK(g.prefill_query == doubling_to_2048);
+    CHECK(g.elementwise_tokens == doubling_to_2048);
     CHECK(g.prefill_cached == std::vector<int64_t>{0, 15, 31, 63, 127, 255, 511, 1023});
     CHECK(g.decode_batch == std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64, 128, 256});
     CHECK(g.decode_context == std::vector<int64_t>{16, 32, 64, 128, 256, 512, 1024});
     CHECK(g.sampling_rows == std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64, 128, 256});
-    CHECK(g.lm_head_rows == g.sampling_rows);
-    CHECK(g.elementwise_tokens == g.tokens);
+  }
+  SECTION("full, a token budget inside a bucket: the budget is the bucket's last edge") {
+    o.max_batched_tokens = 300;
+    o.max_num_seqs = 20;
+    const CalibrationGrids g = calibration_grids(o);
+    CHECK(std::vector<int64_t>(g.tokens.end() - 4, g.tokens.end()) == std::vector<int64_t>{248, 256, 257, 300});
+    CHECK(g.lm_head_rows == std::vector<int64_t>{1, 2, 4, 8, 16, 20});
+    for (int64_t m : g.tokens) CHECK(m <= 300);
   }
   SECTION("quick, on another ordinal") {
     o.device = "cuda:3";

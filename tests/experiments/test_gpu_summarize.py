@@ -4,8 +4,9 @@ report_predict.json (or, for older runs, its iterations.csv with
 validate's sequence buckets), buckets under 10 iterations left out, and
 the count of decode buckets within issue 32's +-3%; decode_buckets.py's
 padding rule (the CUDA decoder's, or the profile's) and its table of steps
-by the bucket they ran at; and the whole summary on a folder with nothing
-in it."""
+by the bucket they ran at; gemm_buckets.py's algorithm buckets (the C++
+rule's values) and its table of prefill and mixed iterations by bucket;
+and the whole summary on a folder with nothing in it."""
 import csv
 import json
 import os
@@ -17,6 +18,7 @@ import unittest
 GPU = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "experiments", "gpu")
 sys.path.insert(0, GPU)
 import decode_buckets  # noqa: E402
+import gemm_buckets  # noqa: E402
 import summarize  # noqa: E402
 
 
@@ -77,6 +79,7 @@ class Breakdown(unittest.TestCase):
             self.assertEqual(done.returncode, 0, done.stderr)
             self.assertIn("breakdown: no validation report", done.stdout)
             self.assertIn("decode buckets: no validation with decode steps", done.stdout)
+            self.assertIn("GEMM buckets: no validation with prefill or mixed iterations", done.stdout)
 
 
 class DecodeBuckets(unittest.TestCase):
@@ -105,6 +108,56 @@ class DecodeBuckets(unittest.TestCase):
             self.assertIn("| 40 | 6 | 6.00 | 0.950 | 33: 0.900 | 40: 1.000 |", lines)
             self.assertIn("| 32 | 2 | 5.00 | 1.000 | - | - |", lines)
             self.assertFalse(any(line.startswith("| 1 |") for line in lines), "a prefill was counted")
+
+
+def write_token_iterations(work, model, point, rows, columns=("prefill_tokens", "decode_tokens")):
+    """iterations.csv with validate's token columns: rows of (kind, prefill, decode, measured_s, predicted_s)."""
+    folder = os.path.join(work, "validation", model, point)
+    os.makedirs(folder)
+    with open(os.path.join(folder, "iterations.csv"), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["index", "kind", "measured_s", "predicted_s"] + list(columns) + ["sequences"])
+        for i, (kind, prefill, decode, measured, predicted) in enumerate(rows):
+            w.writerow([i, kind, measured, predicted, prefill, decode, 1])
+
+
+class GemmBuckets(unittest.TestCase):
+    def test_the_rule(self):
+        # The values tests/kernels/test_gemm_buckets.cpp holds the C++ rule to.
+        for t, b in ((1, 1), (2, 2), (3, 4), (5, 8), (9, 16), (17, 24), (256, 256), (257, 320), (320, 320),
+                     (321, 384), (513, 640), (4097, 5120), (8192, 8192)):
+            self.assertEqual(gemm_buckets.bucket(t), b, t)
+        for top, bottom in ((1, 1), (4, 3), (16, 9), (320, 257), (448, 385), (640, 513)):
+            self.assertEqual(gemm_buckets.bucket_bottom(top), bottom, top)
+
+    def test_iterations_by_bucket(self):
+        with tempfile.TemporaryDirectory() as work:
+            # 257-320: the lower half predicted 20% short, the upper half right.
+            rows = ([("prefill", 260, 0, 0.010, 0.008)] * 2 + [("mixed", 250, 20, 0.010, 0.008)] +
+                    [("prefill", 300, 0, 0.010, 0.010)] * 3 +
+                    [("prefill", 100, 0, 0.004, 0.004)] * 2 +  # two iterations: a bucket left out
+                    [("decode", 0, 300, 0.005, 0.001)] * 5)  # decode steps are decode_buckets.py's
+            write_token_iterations(work, "m", "p", rows)
+            lines = gemm_buckets.gemm_buckets(work).splitlines()
+            self.assertIn("| 257-320 | 6 | 10.00 | 0.900 | 0.800 | 1.000 |", lines)
+            self.assertFalse(any(line.startswith("| 97-104 |") for line in lines), "a bucket of 2 was kept")
+            self.assertEqual(sum(line.startswith("| ") and not line.startswith("| bucket") for line in lines), 1)
+            # --min-tokens leaves the smaller iterations out
+            self.assertIn("| 257-320 | 3 | 10.00 | 1.000 | - | 1.000 |",
+                          gemm_buckets.gemm_buckets(work, min_tokens=280).splitlines())
+
+    def test_a_run_without_token_columns(self):
+        with tempfile.TemporaryDirectory() as work:
+            write_token_iterations(work, "m", "p", [("prefill", 300, 0, 0.01, 0.01)] * 3, columns=("a", "b"))
+            self.assertIn("no validation with prefill or mixed iterations", gemm_buckets.gemm_buckets(work))
+
+    def test_refuses_bad_flags(self):
+        script = os.path.join(GPU, "gemm_buckets.py")
+        with tempfile.TemporaryDirectory() as work:
+            for args in ([os.path.join(work, "absent")], [work, "--min-tokens", "0"]):
+                done = subprocess.run([sys.executable, script] + args, capture_output=True, text=True)
+                self.assertEqual(done.returncode, 2, args)
+                self.assertTrue("not a folder" in done.stderr or "--min-tokens" in done.stderr, done.stderr)
 
 
 if __name__ == "__main__":

@@ -95,6 +95,27 @@ TEST_CASE("profile model: log-log interpolation is exact for a power law between
   CHECK(rel_close(model.op_seconds(ProfileOp::GemmQkv, mid), expected, 1e-12));
 }
 
+TEST_CASE("profile model: a GEMM table timed at both edges of an algorithm bucket keeps its step") {
+  // The full CUDA grid times each cuBLASLt bucket's bottom and top
+  // (calib/calibration_grids.cpp): 256 and 257 sit in two buckets, run by
+  // two algorithms, and the step between them stays between the integers.
+  const ModelSpec m = tiny_model();
+  DeviceProfile p = synthetic_profile(m);
+  p.gemm_gate_up.x = {128, 256, 257, 320, 321, 384};
+  p.gemm_gate_up.seconds = {60e-6, 98e-6, 130e-6, 140e-6, 120e-6, 150e-6};  // up at 257, down at 321
+  const ProfileModel model(p, m);
+  CHECK(model.op_seconds(ProfileOp::GemmGateUp, 256) == 98e-6);
+  CHECK(model.op_seconds(ProfileOp::GemmGateUp, 257) == 130e-6);
+  CHECK(model.op_seconds(ProfileOp::GemmGateUp, 321) == 120e-6);
+  for (int t = 258; t < 320; ++t) {
+    const double s = model.op_seconds(ProfileOp::GemmGateUp, t);
+    CHECK(s > 130e-6);
+    CHECK(s < 140e-6);
+  }
+  // A step down is kept too: 320 costs more than 321.
+  CHECK(model.op_seconds(ProfileOp::GemmGateUp, 320) > model.op_seconds(ProfileOp::GemmGateUp, 321));
+}
+
 TEST_CASE("profile model: outside the grid the time follows the measured-ceiling roofline") {
   const ModelSpec m = tiny_model();
   DeviceProfile p = synthetic_profile(m);
