@@ -8,7 +8,8 @@ per-iteration errors by kind x sequences against issue 32's (decode
 buckets within +-3%), the decode steps by the CUDA-graph bucket they
 ran at (decode_buckets.py), and the prefill and mixed iterations of more
 than 128 tokens by the cuBLASLt algorithm bucket of their tokens
-(gemm_buckets.py).
+(gemm_buckets.py), and the prefill iterations by their number of sequences
+(prefill_sequences.py).
 Usage: experiments/gpu/summarize.py WORK_DIR"""
 import csv
 import glob
@@ -21,6 +22,7 @@ import xml.etree.ElementTree as ET
 
 from decode_buckets import decode_buckets  # experiments/gpu/decode_buckets.py
 from gemm_buckets import gemm_buckets  # experiments/gpu/gemm_buckets.py
+from prefill_sequences import prefill_sequences  # experiments/gpu/prefill_sequences.py
 
 
 def tests(work):
@@ -224,6 +226,7 @@ def main():
     print(breakdown(work))
     print(decode_buckets(work))
     print(gemm_buckets(work, min_tokens=129))
+    print(prefill_sequences(work))
     print(serve(work))
 
 

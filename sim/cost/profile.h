@@ -83,6 +83,14 @@ struct DeviceProfile {
   // "decode_padding"; absent: none). The tables and g are then read at the
   // padded batch (sim/cost/decode_padding.h).
   DecodePadding decode_padding;
+  // Whether the executor runs every prefill chunk of an iteration in one
+  // attention launch (JSON "prefill_attention_one_launch", absent: false).
+  // The CUDA decoder does (kernels/cuda/cuda_backend.cpp, Backend::attention:
+  // one launch over every chunk's work items); the table times one chunk
+  // per launch, so a batch of S chunks pays the launch once, not S times
+  // (sim/cost/profile_model.h). The CPU decoder runs the chunks one after
+  // another.
+  bool prefill_attention_one_launch = false;
 
   // The attention tables' fits (sim/cost/attention_fit.h), as computed when
   // the profile was written; a ProfileModel uses them where they agree with

@@ -135,6 +135,7 @@ ProfileModel::ProfileModel(DeviceProfile profile, const ModelSpec& model, const 
       }
     prefill_fit_ = stored_or(profile_.prefill_fit, fit_attention_nnls(features, seconds));
     prefill_floor_s_ = kFloorFraction * min_seconds(g);
+    prefill_launch_s_ = min_seconds(g);
     prefill_log_ratio_.assign(g.x.size(), std::vector<double>(g.y.size()));
     for (size_t i = 0, k = 0; i < g.x.size(); ++i)
       for (size_t j = 0; j < g.y.size(); ++j, ++k)
@@ -302,17 +303,30 @@ ProfileBreakdown ProfileModel::breakdown(const IterationPlan& plan) const {
                         op_seconds(ProfileOp::GemmGateUp, T) + op_seconds(ProfileOp::GemmDown, T));
     out.elementwise = f * L * op_seconds(ProfileOp::Elementwise, T);
   }
-  double prefill = 0, decode_rows = 0, decode_pairs = 0;
+  // With one launch for the chunks (profile.h), those of two or more tokens
+  // share it; a one-token chunk runs with the decode rows.
+  double prefill = 0, shared_launch = 0, largest_shared = 0, decode_rows = 0, decode_pairs = 0;
+  int64_t shared_chunks = 0;
   for (const ScheduledSequence& s : plan.sequences) {
     const double q = s.num_query_tokens, c = s.num_cached_tokens;
     if (q <= 0) continue;
     if (s.is_prefill) {
-      prefill += prefill_attention_seconds(q, c);
+      const double chunk = prefill_attention_seconds(q, c);
+      if (profile_.prefill_attention_one_launch && q >= 2) {
+        shared_launch += chunk;
+        largest_shared = std::max(largest_shared, chunk);
+        ++shared_chunks;
+      } else {
+        prefill += chunk;
+      }
     } else {
       decode_rows += q;
       decode_pairs += attention_pairs(q, c);
     }
   }
+  // Chunks run in one launch pay its fixed cost once.
+  if (shared_chunks > 0)
+    prefill += std::max(largest_shared, shared_launch - double(shared_chunks - 1) * prefill_launch_s_);
   decode_rows += padding;
   decode_pairs += padding * attention_pairs(1, 0);
   out.prefill_attention = L * prefill;
@@ -348,6 +362,12 @@ nlohmann::json ProfileModel::describe() const {
            {{"x", profile_.decode_step_factor.x}, {"factor", profile_.decode_step_factor.factor}}},
           {"iteration_overhead_s", profile_.iteration_overhead_s},
           {"decode_padding", profile_.decode_padding.enabled() ? profile_.decode_padding.to_json() : nullptr},
+          {"prefill_attention_one_launch",
+           profile_.prefill_attention_one_launch
+               ? nlohmann::json{{"launch_s", prefill_launch_s_},
+                                {"rule", "S prefill chunks of 2 or more tokens in one launch: their sum minus "
+                                         "(S - 1) x launch_s, at least the largest chunk"}}
+               : nlohmann::json(nullptr)},
           {"ceilings",
            {{"stream_copy_bytes_per_s", profile_.stream_copy_bytes_per_s},
             {"stream_triad_bytes_per_s", profile_.stream_triad_bytes_per_s},

@@ -47,6 +47,13 @@
 //   it is exact at grid points, continuous, equal to the fit wherever the fit
 //   is exact, and outside the grid it follows the fit's shape from the edge.
 //   A ragged decode batch is evaluated at the grid point (rows, P / rows).
+//   The table times one prefill chunk per launch. Where the profile records
+//   that the executor runs an iteration's S chunks in one launch
+//   (prefill_attention_one_launch: the CUDA decoder, for chunks of two or
+//   more tokens; a one-token chunk runs with the decode rows), the launch's
+//   fixed cost F -- the table's smallest time, a launch with next to no
+//   work -- is paid once: sum over the S chunks - (S - 1) F, at least the
+//   largest chunk.
 //   The fit is floored at 1e-3 x the smallest seconds of its table, so every
 //   prediction is > 0.
 //
@@ -167,6 +174,7 @@ class ProfileModel final : public CostModel {
   // log(measured / fit) at every grid point, [x][y].
   std::vector<std::vector<double>> prefill_log_ratio_, decode_log_ratio_;
   double prefill_floor_s_ = 0, decode_floor_s_ = 0;
+  double prefill_launch_s_ = 0;  // the prefill table's smallest time: one launch's fixed cost
 };
 
 }  // namespace servesim

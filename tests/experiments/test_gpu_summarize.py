@@ -6,7 +6,9 @@ the count of decode buckets within issue 32's +-3%; decode_buckets.py's
 padding rule (the CUDA decoder's, or the profile's) and its table of steps
 by the bucket they ran at; gemm_buckets.py's algorithm buckets (the C++
 rule's values) and its table of prefill and mixed iterations by bucket;
-and the whole summary on a folder with nothing in it."""
+prefill_sequences.py's table of prefills by their sequences beside the
+profile's launch cost; and the whole summary on a folder with nothing in
+it."""
 import csv
 import json
 import os
@@ -19,6 +21,7 @@ GPU = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "expe
 sys.path.insert(0, GPU)
 import decode_buckets  # noqa: E402
 import gemm_buckets  # noqa: E402
+import prefill_sequences  # noqa: E402
 import summarize  # noqa: E402
 
 
@@ -80,6 +83,7 @@ class Breakdown(unittest.TestCase):
             self.assertIn("breakdown: no validation report", done.stdout)
             self.assertIn("decode buckets: no validation with decode steps", done.stdout)
             self.assertIn("GEMM buckets: no validation with prefill or mixed iterations", done.stdout)
+            self.assertIn("prefill sequences: no validation with prefill iterations", done.stdout)
 
 
 class DecodeBuckets(unittest.TestCase):
@@ -158,6 +162,61 @@ class GemmBuckets(unittest.TestCase):
                 done = subprocess.run([sys.executable, script] + args, capture_output=True, text=True)
                 self.assertEqual(done.returncode, 2, args)
                 self.assertTrue("not a folder" in done.stderr or "--min-tokens" in done.stderr, done.stderr)
+
+
+class PrefillSequences(unittest.TestCase):
+    def write(self, work, rows, profile=True):
+        """rows: (kind, prefill_sequences, prefill_tokens, measured_s, predicted_s)."""
+        folder = os.path.join(work, "validation", "m", "p")
+        os.makedirs(os.path.join(folder, "measured"))
+        with open(os.path.join(folder, "iterations.csv"), "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["index", "kind", "measured_s", "predicted_s", "prefill_tokens", "decode_tokens"])
+            for i, (kind, _, tokens, measured, predicted) in enumerate(rows):
+                w.writerow([i, kind, measured, predicted, tokens, 0])
+        with open(os.path.join(folder, "measured", "iterations.csv"), "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["index", "kind", "prefill_sequences"])
+            for i, (kind, n, *_rest) in enumerate(rows):
+                w.writerow([i, kind, n])
+        if profile:
+            with open(os.path.join(work, "validation", "m", "profile.json"), "w") as f:
+                json.dump({"model": {"num_hidden_layers": 4}, "prefill_attention_one_launch": True,
+                           "tables": {"prefill_attention": {"seconds": [[2e-5, 1e-5], [3e-5, 4e-5]]}}}, f)
+
+    def test_by_sequences_beside_the_launch_cost(self):
+        with tempfile.TemporaryDirectory() as work:
+            # Two sequences: 80 us over in 4 layers = 20 us per extra sequence and layer.
+            rows = ([("prefill", 1, 100, 0.001, 0.001)] * 3 + [("prefill", 2, 200, 0.002, 0.00208)] * 2 +
+                    [("decode", 1, 0, 0.001, 0.002)] * 4)  # decode steps are not counted
+            self.write(work, rows)
+            text = prefill_sequences.prefill_sequences(work)
+            self.assertIn("smallest time (one launch) 10.0 us per layer, the profile pays it once", text)
+            lines = text.splitlines()
+            self.assertIn("| 1 | 3 | 100 | 1.000 | - | - |", lines)
+            self.assertIn("| 2 | 2 | 200 | 1.040 | 20.0 | - |", lines)  # the profile pays it once already
+            self.assertEqual(sum(line.startswith("| ") and not line.startswith("| sequences") for line in lines), 2)
+
+    def test_without_a_profile(self):
+        with tempfile.TemporaryDirectory() as work:
+            self.write(work, [("prefill", 2, 200, 0.002, 0.00208)], profile=False)
+            lines = prefill_sequences.prefill_sequences(work).splitlines()
+            self.assertIn("| 2 | 1 | 200 | 1.040 | - | - |", lines)
+
+    def test_what_paying_once_would_give(self):
+        with tempfile.TemporaryDirectory() as work:
+            self.write(work, [("prefill", 3, 300, 0.002, 0.00216)])
+            path = os.path.join(work, "validation", "m", "profile.json")
+            with open(path) as f:
+                profile = json.load(f)
+            profile["prefill_attention_one_launch"] = False
+            with open(path, "w") as f:
+                json.dump(profile, f)
+            # 160 us over in 4 layers and 2 extra sequences: 20 us each; paying
+            # the 10 us launch once takes 80 us off: 2.08 / 2.00.
+            text = prefill_sequences.prefill_sequences(work)
+            self.assertIn("the profile pays it per chunk", text)
+            self.assertIn("| 3 | 1 | 300 | 1.080 | 20.0 | 1.040 |", text.splitlines())
 
 
 if __name__ == "__main__":
