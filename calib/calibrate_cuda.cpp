@@ -184,9 +184,9 @@ DeviceProfile calibrate_cuda(const CalibrationOptions& options, std::function<vo
   p.device_description = fmt::format("{} {}", device.name(), prop.name);
   p.threads = 0;
   p.decode_padding = padding;
-  // Backend::attention runs every prefill chunk of an iteration in one
-  // launch; the table below times one chunk per launch.
-  p.prefill_attention_one_launch = true;
+  // Backend::attention: one launch for the one-token sequences, one for the
+  // rest (the tables below time one chunk, one batch per launch).
+  p.attention_launches = DeviceProfile::AttentionLaunches::TwoLaunches;
   p.dtype = "bf16";
   p.block_size = bs;
   p.model = model;

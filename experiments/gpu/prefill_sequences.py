@@ -4,7 +4,8 @@
 The CUDA decoder runs every prefill chunk of an iteration in one attention
 launch, while the calibration times one chunk per launch; a cost model
 that sums the chunks' table times pays the launch's fixed cost once per
-chunk (sim/cost/profile_model.h, prefill_attention_one_launch). For each
+chunk (sim/cost/profile_model.h: a profile with attention_launches
+"two_launches" pays it once). For each
 model of a GPU run (experiments/gpu/run.sh's work folder, or
 results.tar.gz unpacked) this joins every validation point's
 iterations.csv (measured_s, predicted_s) with its measured run's
@@ -29,14 +30,14 @@ import sys
 
 
 def launch_cost(model_dir):
-    """(the prefill table's smallest seconds, layers, one_launch flag) of the point's profile, or None."""
+    """(the prefill table's smallest seconds, layers, whether it pays the launch once) of the profile, or None."""
     path = os.path.join(model_dir, "profile.json")
     if not os.path.exists(path):
         return None
     with open(path) as f:
         p = json.load(f)
     seconds = [s for row in p["tables"]["prefill_attention"]["seconds"] for s in row]
-    return min(seconds), int(p["model"]["num_hidden_layers"]), bool(p.get("prefill_attention_one_launch", False))
+    return min(seconds), int(p["model"]["num_hidden_layers"]), p.get("attention_launches") == "two_launches"
 
 
 def prefills(model_dir):

@@ -93,7 +93,7 @@ nlohmann::json DeviceProfile::to_json() const {
                  {"gemm_in_situ", {{"x", gemm_factor.x}, {"factor", gemm_factor.factor}}},
                  {"decode_in_situ", {{"x", decode_step_factor.x}, {"factor", decode_step_factor.factor}}}};
   if (decode_padding.enabled()) j["decode_padding"] = decode_padding.to_json();
-  if (prefill_attention_one_launch) j["prefill_attention_one_launch"] = true;
+  if (attention_launches == AttentionLaunches::TwoLaunches) j["attention_launches"] = "two_launches";
   if (prefill_fit && decode_fit)
     j["tables"]["attention_fits"] = {{"prefill", fit_json(*prefill_fit)}, {"decode", fit_json(*decode_fit)}};
   j["ceilings"] = {{"stream_copy_bytes_per_s", stream_copy_bytes_per_s},
@@ -209,10 +209,13 @@ DeviceProfile DeviceProfile::from_json(const nlohmann::json& j, const std::strin
   p.decode_step_factor = read_factor_curve(tables, "decode_in_situ", source);
   if (j.contains("decode_padding"))
     p.decode_padding = DecodePadding::from_json(j["decode_padding"], source + ": decode_padding");
-  if (j.contains("prefill_attention_one_launch")) {
-    if (!j["prefill_attention_one_launch"].is_boolean())
-      throw InputError(fmt::format("{}: prefill_attention_one_launch must be true or false", source));
-    p.prefill_attention_one_launch = j["prefill_attention_one_launch"].get<bool>();
+  if (j.contains("attention_launches")) {
+    const nlohmann::json& launches = j["attention_launches"];
+    if (launches == "two_launches")
+      p.attention_launches = AttentionLaunches::TwoLaunches;
+    else if (launches != "per_chunk")
+      throw InputError(fmt::format("{}: attention_launches must be \"per_chunk\" or \"two_launches\" (got {})",
+                                   source, launches.dump()));
   }
   p.prefill_fit = read_fit(tables, "prefill", source);
   p.decode_fit = read_fit(tables, "decode", source);

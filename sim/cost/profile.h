@@ -83,14 +83,19 @@ struct DeviceProfile {
   // "decode_padding"; absent: none). The tables and g are then read at the
   // padded batch (sim/cost/decode_padding.h).
   DecodePadding decode_padding;
-  // Whether the executor runs every prefill chunk of an iteration in one
-  // attention launch (JSON "prefill_attention_one_launch", absent: false).
-  // The CUDA decoder does (kernels/cuda/cuda_backend.cpp, Backend::attention:
-  // one launch over every chunk's work items); the table times one chunk
-  // per launch, so a batch of S chunks pays the launch once, not S times
-  // (sim/cost/profile_model.h). The CPU decoder runs the chunks one after
-  // another.
-  bool prefill_attention_one_launch = false;
+  // How the executor launches an iteration's attention (JSON
+  // "attention_launches"; sim/cost/profile_model.h costs each rule):
+  //   PerChunk ("per_chunk", absent): every prefill chunk on its own, the
+  //     other sequences (one new token each, or a speculative verification's
+  //     k + 1) together -- the CPU decoder;
+  //   TwoLaunches ("two_launches"): every sequence of one new token (decode
+  //     steps and one-token prefill chunks) in one launch, every other one
+  //     (prefill chunks and speculative verifications) in another -- the
+  //     CUDA decoder (kernels/cuda/cuda_backend.cpp, Backend::attention).
+  //     The prefill table times one chunk per launch, so S chunks in one
+  //     launch pay its fixed cost once, not S times.
+  enum class AttentionLaunches { PerChunk, TwoLaunches };
+  AttentionLaunches attention_launches = AttentionLaunches::PerChunk;
 
   // The attention tables' fits (sim/cost/attention_fit.h), as computed when
   // the profile was written; a ProfileModel uses them where they agree with

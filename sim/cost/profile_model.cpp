@@ -303,30 +303,27 @@ ProfileBreakdown ProfileModel::breakdown(const IterationPlan& plan) const {
                         op_seconds(ProfileOp::GemmGateUp, T) + op_seconds(ProfileOp::GemmDown, T));
     out.elementwise = f * L * op_seconds(ProfileOp::Elementwise, T);
   }
-  // With one launch for the chunks (profile.h), those of two or more tokens
-  // share it; a one-token chunk runs with the decode rows.
-  double prefill = 0, shared_launch = 0, largest_shared = 0, decode_rows = 0, decode_pairs = 0;
-  int64_t shared_chunks = 0;
+  // The executor's attention launches (profile.h): per prefill chunk, or
+  // two -- the one-token sequences, and one shared by all the others, which
+  // pays its fixed cost once.
+  const bool two_launches = profile_.attention_launches == DeviceProfile::AttentionLaunches::TwoLaunches;
+  double prefill = 0, largest_chunk = 0, decode_rows = 0, decode_pairs = 0;
+  int64_t chunks = 0;
   for (const ScheduledSequence& s : plan.sequences) {
     const double q = s.num_query_tokens, c = s.num_cached_tokens;
     if (q <= 0) continue;
-    if (s.is_prefill) {
+    if (two_launches ? q >= 2 : s.is_prefill) {
       const double chunk = prefill_attention_seconds(q, c);
-      if (profile_.prefill_attention_one_launch && q >= 2) {
-        shared_launch += chunk;
-        largest_shared = std::max(largest_shared, chunk);
-        ++shared_chunks;
-      } else {
-        prefill += chunk;
-      }
+      prefill += chunk;
+      largest_chunk = std::max(largest_chunk, chunk);
+      ++chunks;
     } else {
       decode_rows += q;
       decode_pairs += attention_pairs(q, c);
     }
   }
-  // Chunks run in one launch pay its fixed cost once.
-  if (shared_chunks > 0)
-    prefill += std::max(largest_shared, shared_launch - double(shared_chunks - 1) * prefill_launch_s_);
+  if (two_launches && chunks > 1)
+    prefill = std::max(largest_chunk, prefill - double(chunks - 1) * prefill_launch_s_);
   decode_rows += padding;
   decode_pairs += padding * attention_pairs(1, 0);
   out.prefill_attention = L * prefill;
@@ -343,6 +340,7 @@ ProfileBreakdown ProfileModel::breakdown(const IterationPlan& plan) const {
 }
 
 nlohmann::json ProfileModel::describe() const {
+  const bool two_launches = profile_.attention_launches == DeviceProfile::AttentionLaunches::TwoLaunches;
   auto fit_json = [](const AttentionFit& f, const char* model) {
     return nlohmann::json{{"model", model},
                           {"coefficients", f.coefficients},
@@ -362,12 +360,17 @@ nlohmann::json ProfileModel::describe() const {
            {{"x", profile_.decode_step_factor.x}, {"factor", profile_.decode_step_factor.factor}}},
           {"iteration_overhead_s", profile_.iteration_overhead_s},
           {"decode_padding", profile_.decode_padding.enabled() ? profile_.decode_padding.to_json() : nullptr},
-          {"prefill_attention_one_launch",
-           profile_.prefill_attention_one_launch
-               ? nlohmann::json{{"launch_s", prefill_launch_s_},
-                                {"rule", "S prefill chunks of 2 or more tokens in one launch: their sum minus "
-                                         "(S - 1) x launch_s, at least the largest chunk"}}
-               : nlohmann::json(nullptr)},
+          {"attention_launches",
+           two_launches
+               ? nlohmann::json{{"rule", "two_launches"},
+                                {"prefill_launch_s", prefill_launch_s_},
+                                {"meaning", "sequences of one new token in the decode launch; the S others "
+                                            "(prefill chunks, verifications) in one prefill launch: the sum of "
+                                            "their prefill-table times minus (S - 1) x prefill_launch_s, at "
+                                            "least the largest"}}
+               : nlohmann::json{{"rule", "per_chunk"},
+                                {"meaning", "each prefill chunk on its own; the other sequences in the decode "
+                                            "launch"}}},
           {"ceilings",
            {{"stream_copy_bytes_per_s", profile_.stream_copy_bytes_per_s},
             {"stream_triad_bytes_per_s", profile_.stream_triad_bytes_per_s},

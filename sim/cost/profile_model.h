@@ -6,6 +6,7 @@
 //   L x [ gemm_qkv(T) + gemm_o(T) + gemm_gate_up(T) + gemm_down(T) + elementwise(T)
 //         + sum over prefill sequences of prefill_attention(q, c)
 //         + decode_attention(decode rows, sum of their query-key pairs) ]
+//   (which sequences each attention term covers: the attention launches below)
 //   + lm_head(S) + sampling(S) + iteration_overhead_s
 //
 // 1-D tables (the GEMMs, elementwise, lm_head, sampling):
@@ -47,13 +48,15 @@
 //   it is exact at grid points, continuous, equal to the fit wherever the fit
 //   is exact, and outside the grid it follows the fit's shape from the edge.
 //   A ragged decode batch is evaluated at the grid point (rows, P / rows).
-//   The table times one prefill chunk per launch. Where the profile records
-//   that the executor runs an iteration's S chunks in one launch
-//   (prefill_attention_one_launch: the CUDA decoder, for chunks of two or
-//   more tokens; a one-token chunk runs with the decode rows), the launch's
-//   fixed cost F -- the table's smallest time, a launch with next to no
-//   work -- is paid once: sum over the S chunks - (S - 1) F, at least the
-//   largest chunk.
+//   Which table costs a sequence follows the executor's attention launches
+//   (DeviceProfile::attention_launches). per_chunk (the CPU): a prefill
+//   chunk is costed alone from the prefill table, every other sequence in
+//   the decode batch. two_launches (the CUDA decoder): a sequence of one new
+//   token is in the decode batch, every other one (prefill chunks and
+//   speculative verifications) in one prefill launch; the prefill table
+//   times one chunk per launch, so the launch's fixed cost F -- the table's
+//   smallest time, a launch with next to no work -- is paid once: the sum
+//   over the launch's S sequences - (S - 1) F, at least the largest one.
 //   The fit is floored at 1e-3 x the smallest seconds of its table, so every
 //   prediction is > 0.
 //
@@ -105,8 +108,8 @@ constexpr double decode_grid_y(double cached_tokens) { return cached_tokens + kA
 struct ProfileBreakdown {
   double gemm = 0;               // qkv, o, gate_up, down projections
   double elementwise = 0;        // norms, rotary + KV write, SwiGLU, residuals
-  double prefill_attention = 0;  // every prefill chunk
-  double decode_attention = 0;   // the decode batch
+  double prefill_attention = 0;  // every prefill chunk (two_launches: every sequence of 2+ new tokens)
+  double decode_attention = 0;   // the decode batch (two_launches: every sequence of one new token)
   double lm_head = 0;            // final norm + LM head + sampling
   double overhead = 0;           // fixed per iteration
   double total() const {
@@ -174,7 +177,7 @@ class ProfileModel final : public CostModel {
   // log(measured / fit) at every grid point, [x][y].
   std::vector<std::vector<double>> prefill_log_ratio_, decode_log_ratio_;
   double prefill_floor_s_ = 0, decode_floor_s_ = 0;
-  double prefill_launch_s_ = 0;  // the prefill table's smallest time: one launch's fixed cost
+  double prefill_launch_s_ = 0;  // the prefill table's smallest time: one launch's fixed cost (two_launches)
 };
 
 }  // namespace servesim

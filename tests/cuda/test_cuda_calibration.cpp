@@ -154,7 +154,7 @@ TEST_CASE("cuda calibration: a quick run fills every table on its grid, bf16 on 
   CHECK(p.decode_padding.sizes == std::vector<int64_t>{1, 2, 4});
   CHECK(p.decode_padding.multiple == 8);
   CHECK(p.decode_padding.max_batch == CudaDecoderOptions{}.max_graph_batch);
-  CHECK(p.prefill_attention_one_launch);  // Backend::attention's one launch over every chunk
+  CHECK(p.attention_launches == DeviceProfile::AttentionLaunches::TwoLaunches);  // Backend::attention's
   for (double f : p.decode_step_factor.factor) CHECK((std::isfinite(f) && f > 0.1 && f < 10));
 
   int families = 0;

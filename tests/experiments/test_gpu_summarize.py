@@ -181,7 +181,7 @@ class PrefillSequences(unittest.TestCase):
                 w.writerow([i, kind, n])
         if profile:
             with open(os.path.join(work, "validation", "m", "profile.json"), "w") as f:
-                json.dump({"model": {"num_hidden_layers": 4}, "prefill_attention_one_launch": True,
+                json.dump({"model": {"num_hidden_layers": 4}, "attention_launches": "two_launches",
                            "tables": {"prefill_attention": {"seconds": [[2e-5, 1e-5], [3e-5, 4e-5]]}}}, f)
 
     def test_by_sequences_beside_the_launch_cost(self):
@@ -209,7 +209,7 @@ class PrefillSequences(unittest.TestCase):
             path = os.path.join(work, "validation", "m", "profile.json")
             with open(path) as f:
                 profile = json.load(f)
-            profile["prefill_attention_one_launch"] = False
+            del profile["attention_launches"]  # per_chunk
             with open(path, "w") as f:
                 json.dump(profile, f)
             # 160 us over in 4 layers and 2 extra sequences: 20 us each; paying
