@@ -104,12 +104,14 @@ struct CalibrationHooks {
 //       buckets (kernels/decoder/gemm_buckets.h): 1, 2, 4, 8, 16, ..., 256
 //       by 8, then each wider bucket's bottom and top, 257, 320, 321, 384,
 //       385, 448, ..., max_batched_tokens; quick every M from 1 to 32, then
-//       64, 256, max_batched_tokens on the CPU, 1, 4, 16, 64, 256,
-//       max_batched_tokens on CUDA (values above it dropped).
+//       64, 256, max_batched_tokens on the CPU, 1, 4, 16, 64, 256, then the
+//       buckets' edges as in full, to max_batched_tokens, on CUDA (values
+//       above it dropped).
 //   elementwise M: on the CPU full 1, 2, 3, 4, 6, 8, 12, ..., 48, 64, 128,
 //       ..., max_batched_tokens and quick 1, 2, 4, 8, 16, 64, 256,
 //       max_batched_tokens (its cost has no kernel change to follow); on
-//       CUDA full 1, 2, 4, ..., max_batched_tokens, quick as the GEMMs.
+//       CUDA full 1, 2, 4, ..., max_batched_tokens, quick 1, 4, 16, 64, 256,
+//       max_batched_tokens.
 //   prefill q: full 1, 2, 4, ..., max_batched_tokens; quick 16, 128, 512
 //       (capped at max_batched_tokens).
 //   prefill c + 1: full 1, 16, 32, 64, ..., max_context; quick 1, 256,

@@ -179,12 +179,17 @@ CalibrationGrids calibration_grids(const CalibrationOptions& o) {
     // either: quick times every M a decode step of up to 32 sequences runs
     // (docs/calibration.md#grids: what sparser grids got wrong). Elementwise
     // and sampling costs are near-linear; sparse grids lose nothing there.
+    // On CUDA, sparse to 256 but every algorithm bucket's edges past it,
+    // where the buckets are wide and their steps large (algorithm_bucket_edges).
     // Every axis is sorted and rid of repeats below.
     g.tokens = device.cuda ? capped({1, 4, 16, 64, 256}, max_tokens)
                            : dense_then(kQuickDenseTokens, {64, 256}, max_tokens);
     g.tokens.push_back(max_tokens);
     g.elementwise_tokens = device.cuda ? g.tokens : capped({1, 2, 4, 8, 16, 64, 256}, max_tokens);
     g.elementwise_tokens.push_back(max_tokens);
+    if (device.cuda)
+      for (int64_t m : algorithm_bucket_edges(max_tokens))
+        if (m > 256) g.tokens.push_back(m);
     g.prefill_query = capped({16, 128, 512}, max_tokens);
     g.prefill_cached = {0, std::min<int64_t>(256, max_context) - 1, max_context - 1};
     g.decode_batch = capped({1, 8, 32}, o.max_num_seqs);

@@ -366,8 +366,11 @@ TEST_CASE("Calibration grids on cuda: the decode batch reaches max_num_seqs, bf1
     o.device = "cuda:3";
     o.quick = true;
     const CalibrationGrids g = calibration_grids(o);
-    CHECK(g.tokens == std::vector<int64_t>{1, 4, 16, 64, 256, 2048});
-    CHECK(g.elementwise_tokens == g.tokens);
+    // Sparse to 256, then every algorithm bucket's edges (the buckets are wide there).
+    CHECK(g.tokens == std::vector<int64_t>{1,    4,    16,   64,   256,  257,  320,  321,  384,  385,
+                                           448,  449,  512,  513,  640,  641,  768,  769,  896,  897,
+                                           1024, 1025, 1280, 1281, 1536, 1537, 1792, 1793, 2048});
+    CHECK(g.elementwise_tokens == std::vector<int64_t>{1, 4, 16, 64, 256, 2048});
     CHECK(g.lm_head_rows == std::vector<int64_t>{1, 8, 64, 256});
     CHECK(g.sampling_rows == g.lm_head_rows);
     CHECK(g.decode_batch == std::vector<int64_t>{1, 8, 32, 256});
