@@ -87,7 +87,8 @@ struct DeviceProfile {
   // "attention_launches"; sim/cost/profile_model.h costs each rule):
   //   PerChunk ("per_chunk", absent): every prefill chunk on its own, the
   //     other sequences (one new token each, or a speculative verification's
-  //     k + 1) together -- the CPU decoder;
+  //     k + 1) together -- the CPU decoder's (its one parallel region over
+  //     every sequence costs microseconds against chunks of milliseconds);
   //   TwoLaunches ("two_launches"): every sequence of one new token (decode
   //     steps and one-token prefill chunks) in one launch, every other one
   //     (prefill chunks and speculative verifications) in another -- the
