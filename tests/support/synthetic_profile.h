@@ -1,6 +1,6 @@
 // A synthetic device profile sampled from known closed forms, for the cost
-// model's tests (test_profile_model.cpp) and the in-situ refresh's
-// (test_in_situ_refresh.cpp).
+// model's tests (test_profile_model.cpp and its neighbours) and the in-situ
+// refresh's (test_in_situ_refresh.cpp), and the plan items they cost.
 #pragma once
 
 #include <cmath>
@@ -8,6 +8,7 @@
 
 #include "sim/cost/profile.h"
 #include "sim/cost/profile_model.h"
+#include "sim/iteration_plan.h"
 #include "sim/model_spec.h"
 #include "support/test_support.h"
 
@@ -87,6 +88,17 @@ inline DeviceProfile synthetic_profile(const ModelSpec& m, double noise = 0) {
   p.stream_copy_bytes_per_s = kCopy;
   p.stream_triad_bytes_per_s = kTriad;
   return p;
+}
+
+// One sequence of a plan: q query tokens over c cached ones.
+inline ScheduledSequence seq(int64_t id, int32_t q, int32_t c, bool prefill, bool samples) {
+  ScheduledSequence s;
+  s.request_id = id;
+  s.num_query_tokens = q;
+  s.num_cached_tokens = c;
+  s.is_prefill = prefill;
+  s.samples = samples;
+  return s;
 }
 
 }  // namespace servesim::test::synthetic

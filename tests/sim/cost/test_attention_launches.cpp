@@ -24,20 +24,10 @@ using namespace servesim::test::synthetic;
 namespace {
 
 ScheduledSequence prefill_chunk(int64_t id, int32_t query, int32_t cached) {
-  ScheduledSequence s;
-  s.request_id = id;
-  s.num_query_tokens = query;
-  s.num_cached_tokens = cached;
-  s.is_prefill = true;
-  s.samples = true;
-  return s;
+  return seq(id, query, cached, true, true);
 }
 
-ScheduledSequence decode(int64_t id, int32_t cached) {
-  ScheduledSequence s = prefill_chunk(id, 1, cached);
-  s.is_prefill = false;
-  return s;
-}
+ScheduledSequence decode(int64_t id, int32_t cached) { return seq(id, 1, cached, false, true); }
 
 double smallest(const Grid2D& g) {
   double m = g.seconds.front().front();

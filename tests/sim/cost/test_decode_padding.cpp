@@ -21,15 +21,7 @@ using namespace servesim::test::synthetic;
 
 namespace {
 
-ScheduledSequence decode(int64_t id, int32_t cached) {
-  ScheduledSequence s;
-  s.request_id = id;
-  s.num_query_tokens = 1;
-  s.num_cached_tokens = cached;
-  s.is_prefill = false;
-  s.samples = true;
-  return s;
-}
+ScheduledSequence decode(int64_t id, int32_t cached) { return seq(id, 1, cached, false, true); }
 
 // n sequences decoding one token each, contexts 100 + i.
 IterationPlan decode_step(int64_t n) {

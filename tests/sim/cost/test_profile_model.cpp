@@ -34,16 +34,6 @@ using namespace servesim::test::synthetic;
 
 namespace {
 
-ScheduledSequence seq(int64_t id, int32_t q, int32_t c, bool prefill, bool samples) {
-  ScheduledSequence s;
-  s.request_id = id;
-  s.num_query_tokens = q;
-  s.num_cached_tokens = c;
-  s.is_prefill = prefill;
-  s.samples = samples;
-  return s;
-}
-
 bool rel_close(double a, double b, double tol) { return std::abs(a - b) <= tol * std::abs(b); }
 
 }  // namespace
