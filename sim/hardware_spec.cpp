@@ -11,6 +11,7 @@
 
 #include "sim/errors.h"
 #include "sim/interconnect.h"
+#include "sim/json_fields.h"
 
 namespace servesim {
 namespace {
@@ -127,6 +128,10 @@ HardwareSpec resolve_hardware(const std::string& name_or_path) {
       throw InputError(fmt::format("{}: not valid JSON ({})", name_or_path, e.what()));
     }
     if (!j.is_object()) throw InputError(fmt::format("{}: expected a JSON object", name_or_path));
+    require_known_fields(j,
+                         {"name", "description", "bf16_tflops", "memory_bandwidth_gbps", "memory_gb", "fp8_tflops",
+                          "int8_tops", "interconnect"},
+                         name_or_path);
     HardwareSpec h = gpu(optional_string(j, "name", name_or_path, name_or_path),
                          optional_string(j, "description", std::string(), name_or_path),
                          positive_field(j, "bf16_tflops", name_or_path),

@@ -14,6 +14,7 @@
 #include <fmt/ranges.h>
 
 #include "sim/errors.h"
+#include "sim/json_fields.h"
 #include "sim/interconnect.h"
 
 namespace servesim {
@@ -123,13 +124,7 @@ Interconnect parse_json_table(const std::string& text, const std::string& file) 
     throw InputError(fmt::format("{}: not valid JSON ({})", file, e.what()));
   }
   if (!j.is_object()) throw InputError(fmt::format("{}: expected a JSON object", file));
-  static const char* const kKeys[] = {"name", "description", "source", "measured", "all_reduce", "all_gather", "p2p"};
-  for (const auto& item : j.items())
-    if (std::find_if(std::begin(kKeys), std::end(kKeys), [&](const char* k) { return item.key() == k; }) ==
-        std::end(kKeys))
-      throw InputError(fmt::format("{}: unknown field '{}' (allowed: name, description, source, measured, "
-                                   "all_reduce, all_gather, p2p)",
-                                   file, item.key()));
+  require_known_fields(j, {"name", "description", "source", "measured", "all_reduce", "all_gather", "p2p"}, file);
   if (!j.contains("all_reduce")) throw InputError(fmt::format("{}: missing field 'all_reduce'", file));
   Interconnect ic;
   ic.measured = true;

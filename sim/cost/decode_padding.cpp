@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "sim/errors.h"
+#include "sim/json_fields.h"
 
 namespace servesim {
 
@@ -26,6 +27,7 @@ DecodePadding DecodePadding::from_json(const nlohmann::json& j, const std::strin
   };
   if (!j.is_object() || !j.contains("sizes") || !j.contains("multiple") || !j.contains("max_batch"))
     throw InputError(fmt::format("{}: expected an object with 'sizes', 'multiple' and 'max_batch'", where));
+  require_known_fields(j, {"sizes", "multiple", "max_batch"}, where);
   if (!j["sizes"].is_array()) throw InputError(fmt::format("{}: 'sizes' must be a list of integers", where));
   DecodePadding p;
   for (const auto& s : j["sizes"]) {

@@ -7,6 +7,7 @@
 
 #include "sim/errors.h"
 #include "sim/config_json.h"
+#include "sim/json_fields.h"
 
 namespace servesim {
 namespace {
@@ -130,6 +131,7 @@ std::optional<AttentionFit> read_fit(const nlohmann::json& tables, const std::st
   if (!tables.contains("attention_fits")) return std::nullopt;
   const std::string where = source + ": tables.attention_fits";
   const auto fits = field<nlohmann::json>(tables, "attention_fits", source + ": tables");
+  require_known_fields(fits, {"prefill", "decode"}, where);
   const auto j = field<nlohmann::json>(fits, name, where);
   AttentionFit f;
   const auto c = field<std::vector<double>>(j, "coefficients", where + "." + name);
@@ -151,8 +153,14 @@ DeviceProfile DeviceProfile::from_json(const nlohmann::json& j, const std::strin
   const auto format = field<std::string>(j, "format", source);
   if (format != kFormat)
     throw InputError(fmt::format("{}: format '{}' is not {}", source, format, kFormat));
+  require_known_fields(j,
+                       {"format", "device", "dtype", "quantization", "block_size", "tensor_parallel_size", "model",
+                        "tables", "decode_padding", "attention_launches", "ceilings", "anchor", "placement_ratios",
+                        "metadata", "raw_benchmarks_file"},
+                       source);
   DeviceProfile p;
   const auto device = field<nlohmann::json>(j, "device", source);
+  require_known_fields(device, {"kind", "description", "threads"}, source + ": device");
   p.device_kind = field<std::string>(device, "kind", source + ": device");
   p.device_description = field<std::string>(device, "description", source + ": device");
   p.threads = field<int>(device, "threads", source + ": device");
@@ -193,6 +201,11 @@ DeviceProfile DeviceProfile::from_json(const nlohmann::json& j, const std::strin
   p.model.validate(mw);
 
   const auto tables = field<nlohmann::json>(j, "tables", source);
+  require_known_fields(tables,
+                       {"gemm_qkv", "gemm_o", "gemm_gate_up", "gemm_down", "elementwise", "lm_head", "sampling",
+                        "prefill_attention", "decode_attention", "iteration_overhead_s", "gemm_in_situ",
+                        "decode_in_situ", "attention_fits"},
+                       source + ": tables");
   p.gemm_qkv = read_curve(tables, "gemm_qkv", source);
   p.gemm_o = read_curve(tables, "gemm_o", source);
   p.gemm_gate_up = read_curve(tables, "gemm_gate_up", source);
@@ -221,6 +234,8 @@ DeviceProfile DeviceProfile::from_json(const nlohmann::json& j, const std::strin
   p.decode_fit = read_fit(tables, "decode", source);
 
   const auto ceilings = field<nlohmann::json>(j, "ceilings", source);
+  require_known_fields(ceilings, {"stream_copy_bytes_per_s", "stream_triad_bytes_per_s", "gemm_flops_per_s"},
+                       source + ": ceilings");
   p.stream_copy_bytes_per_s = field<double>(ceilings, "stream_copy_bytes_per_s", source + ": ceilings");
   p.stream_triad_bytes_per_s = field<double>(ceilings, "stream_triad_bytes_per_s", source + ": ceilings");
   p.gemm_flops_per_s = field<double>(ceilings, "gemm_flops_per_s", source + ": ceilings");

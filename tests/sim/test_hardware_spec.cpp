@@ -118,6 +118,8 @@ TEST_CASE("JSON hardware file errors name the file and the field", "[hardware_sp
        "name"},
       {"invalid", R"({"bf16_tflops": 100, )", "JSON"},
       {"array", R"([100, 2000, 40])", "object"},
+      {"misspelled", R"({"bf16_tflops": 1, "memory_bandwidth_gbps": 2, "memory_gb": 3, "fp8_tflop": 4})",
+       "unknown field 'fp8_tflop'"},
   };
   for (const Case& c : cases) {
     INFO(c.tag);
