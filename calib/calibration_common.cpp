@@ -330,23 +330,4 @@ std::vector<double> moment_spread(const std::vector<std::vector<double>>& median
   return out;
 }
 
-std::string moment_spread_warning(const std::vector<int64_t>& batches, const std::vector<double>& spread,
-                                  double limit) {
-  if (spread.size() != batches.size()) throw std::logic_error("moment_spread_warning: one spread per batch size");
-  std::string wide;
-  double widest = 0;
-  for (size_t i = 0; i < spread.size(); ++i)
-    if (spread[i] > limit) {
-      wide += fmt::format("{}{}", wide.empty() ? "" : ", ", batches[i]);
-      widest = std::max(widest, spread[i]);
-    }
-  if (wide.empty()) return "";
-  return fmt::format(
-      "warning: whole-model decode steps of {} sequences ran at different speeds at different moments of the "
-      "calibration (up to {:.2f}x apart; {} sequence(s): {:.2f}x): the host changed speed for these shapes, and "
-      "the profile predicts the speed it ran at most; a run in the other state misses by as much "
-      "(docs/noisy-hosts.md; `validate --host-drift interleave` follows the host during a run)",
-      wide, widest, batches.front(), spread.front());
-}
-
 }  // namespace servesim::calibration

@@ -165,9 +165,5 @@ void set_gemm_factor(DeviceProfile& p, const std::vector<int64_t>& lengths, cons
 // step times (medians[moment][batch]): how far the host's speed for that
 // shape moved during the calibration.
 std::vector<double> moment_spread(const std::vector<std::vector<double>>& medians);
-// A warning naming the batch sizes whose spread is above `limit`, beside
-// the smallest batches' spread; empty when none is.
-std::string moment_spread_warning(const std::vector<int64_t>& batches, const std::vector<double>& spread,
-                                  double limit);
 
 }  // namespace servesim::calibration

@@ -217,12 +217,7 @@ void WholeModelTimings::finish(DeviceProfile& p, const std::function<bool(size_t
                     s.steps_s.size()));
     calibration::set_decode_step_factor(p, s.step_batches, s.step_cached, bs, s.step_warm_up, s.step_timed, steps,
                                         say);
-    // Above this the moments disagree by more than a shared VM's jitter
-    // between moments (docs/noisy-hosts.md#what-the-vms-did).
-    constexpr double kSpreadWarning = 1.3;
     const std::vector<double> spread = calibration::moment_spread(medians);
-    const std::string warning = calibration::moment_spread_warning(s.step_batches, spread, kSpreadWarning);
-    if (!warning.empty()) say(warning);
     p.metadata["decode_in_situ"] = {
         {"sequences", s.step_batches},
         {"moment_spread", spread},
@@ -235,6 +230,10 @@ void WholeModelTimings::finish(DeviceProfile& p, const std::function<bool(size_t
                     "median per moment and batch size here) at every other moment of the calibration ('moments': "
                     "which); the factor is the median over the moments kept of measured / predicted; "
                     "'moment_spread': per batch size, the slowest moment's median over the fastest's"}};
+    // Above DeviceProfile::kUnsteadySpread the moments disagree by more
+    // than a shared VM's jitter between moments (docs/noisy-hosts.md#what-the-vms-did).
+    const std::string warning = p.unsteadiness_warning();
+    if (!warning.empty()) say("warning: " + warning);
   }
 }
 

@@ -58,6 +58,8 @@ std::vector<std::string> profile_warnings(const EngineSetup& setup, const Schedu
   if (profile.block_size != config.block_size)
     w.push_back(fmt::format("the profile timed attention with {}-token KV blocks, the run uses {}",
                             profile.block_size, config.block_size));
+  if (const std::string unsteady = profile.unsteadiness_warning(); !unsteady.empty())
+    w.push_back("the profile's calibration: " + unsteady);
   if (setup.decoding.honor_eos)
     w.push_back("--honor-eos: the real run stops requests at EOS, the predict simulation generates every "
                 "requested token");

@@ -1,6 +1,8 @@
 #include "sim/cost/profile.h"
 
+#include <algorithm>
 #include <cmath>
+#include <stdexcept>
 #include <fstream>
 
 #include <fmt/format.h>
@@ -266,6 +268,44 @@ void DeviceProfile::save(const std::string& path) const {
   if (!out) throw InputError(fmt::format("{}: cannot open for writing", path));
   out << to_json().dump(2) << "\n";
   if (!out) throw InputError(fmt::format("{}: write failed", path));
+}
+
+std::string unsteady_decode_steps_warning(const std::vector<int64_t>& batches, const std::vector<double>& spread,
+                                          double limit) {
+  if (spread.size() != batches.size())
+    throw std::logic_error("unsteady_decode_steps_warning: one spread per batch size");
+  std::string wide;
+  double widest = 0;
+  for (size_t i = 0; i < spread.size(); ++i)
+    if (spread[i] > limit) {
+      wide += fmt::format("{}{}", wide.empty() ? "" : ", ", batches[i]);
+      widest = std::max(widest, spread[i]);
+    }
+  if (wide.empty()) return "";
+  return fmt::format(
+      "whole-model decode steps of {} sequences ran at different speeds at different moments of the "
+      "calibration (up to {:.2f}x apart; {} sequence(s): {:.2f}x): the host changed speed for these shapes, and "
+      "the profile predicts the speed it ran at most; a run in the other state misses by as much "
+      "(docs/noisy-hosts.md; `validate --host-drift interleave` follows the host during a run)",
+      wide, widest, batches.front(), spread.front());
+}
+
+std::string DeviceProfile::unsteadiness_warning() const {
+  // Written by the calibration, read here only to warn: a profile without
+  // them, or with them in another shape, gets no warning rather than an error.
+  const nlohmann::json* steps = metadata.is_object() && metadata.contains("decode_in_situ")
+                                    ? &metadata["decode_in_situ"]
+                                    : nullptr;
+  if (!steps || !steps->is_object() || !steps->contains("sequences") || !steps->contains("moment_spread"))
+    return "";
+  try {
+    const auto batches = (*steps)["sequences"].get<std::vector<int64_t>>();
+    const auto spread = (*steps)["moment_spread"].get<std::vector<double>>();
+    if (batches.empty() || batches.size() != spread.size()) return "";
+    return unsteady_decode_steps_warning(batches, spread);
+  } catch (const nlohmann::json::exception&) {
+    return "";
+  }
 }
 
 std::string DeviceProfile::precision() const { return describe_precision(dtype, quantization); }

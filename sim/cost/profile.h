@@ -116,6 +116,17 @@ struct DeviceProfile {
   nlohmann::json metadata = nlohmann::json::object();
   std::string raw_benchmarks_file;  // Google Benchmark JSON beside the profile
 
+  // Whole decode steps whose calibration moments ran further apart than
+  // this (slowest moment's median over the fastest's) met the host in two
+  // states; the profile predicts one of them (docs/noisy-hosts.md).
+  static constexpr double kUnsteadySpread = 1.3;
+  // One sentence naming the batch sizes whose whole decode steps ran
+  // further apart than kUnsteadySpread between the calibration's moments
+  // (metadata.decode_in_situ's "sequences" and "moment_spread", which the
+  // CPU calibration records); empty for a steady calibration or a profile
+  // without them.
+  std::string unsteadiness_warning() const;
+
   // Throws InputError naming the file and field for a malformed profile.
   static DeviceProfile load(const std::string& path);
   void save(const std::string& path) const;
@@ -130,5 +141,12 @@ struct DeviceProfile {
   // "bf16, w8a16 weights, int8 KV cache".
   std::string precision() const;
 };
+
+// The sentence of DeviceProfile::unsteadiness_warning for whole decode
+// steps of batches[i] sequences that ran spread[i] apart between the
+// calibration's moments, naming those above `limit` beside the smallest
+// batch's spread; empty when none is. std::logic_error when the sizes differ.
+std::string unsteady_decode_steps_warning(const std::vector<int64_t>& batches, const std::vector<double>& spread,
+                                          double limit = DeviceProfile::kUnsteadySpread);
 
 }  // namespace servesim

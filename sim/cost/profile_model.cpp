@@ -347,6 +347,7 @@ nlohmann::json ProfileModel::describe() const {
                           {"max_rel_residual", f.max_rel_residual},
                           {"rms_rel_residual", f.rms_rel_residual}};
   };
+  const std::string calibration_warning = profile_.unsteadiness_warning();
   return {{"executor", "profile"},
           {"device",
            {{"kind", profile_.device_kind},
@@ -359,6 +360,7 @@ nlohmann::json ProfileModel::describe() const {
           {"decode_in_situ",
            {{"x", profile_.decode_step_factor.x}, {"factor", profile_.decode_step_factor.factor}}},
           {"iteration_overhead_s", profile_.iteration_overhead_s},
+          {"calibration_warning", calibration_warning.empty() ? nlohmann::json() : nlohmann::json(calibration_warning)},
           {"decode_padding", profile_.decode_padding.enabled() ? profile_.decode_padding.to_json() : nullptr},
           {"attention_launches",
            two_launches

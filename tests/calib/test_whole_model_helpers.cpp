@@ -90,14 +90,14 @@ TEST_CASE("moment_spread: per batch size the slowest moment over the fastest, an
   CHECK(spread[0] == Approx(0.018 / 0.016));
   CHECK(spread[1] == Approx(0.080 / 0.052));
   CHECK(spread[2] == Approx(0.100 / 0.072));
-  const std::string warning = calibration::moment_spread_warning({1, 8, 16}, spread, 1.3);
+  const std::string warning = unsteady_decode_steps_warning({1, 8, 16}, spread, 1.3);
   CHECK(warning.find("of 8, 16 sequences") != std::string::npos);
   CHECK(warning.find("1.54x apart") != std::string::npos);
   CHECK(warning.find("1 sequence(s): 1.12x") != std::string::npos);
   // Within the limit: no warning; one moment: no spread.
-  CHECK(calibration::moment_spread_warning({1, 8, 16}, spread, 1.6).empty());
+  CHECK(unsteady_decode_steps_warning({1, 8, 16}, spread, 1.6).empty());
   CHECK(calibration::moment_spread({{0.01, 0.02}}) == std::vector<double>{1.0, 1.0});
   CHECK(calibration::moment_spread({}).empty());
   CHECK_THROWS(calibration::moment_spread({{0.01, 0.02}, {0.01}}));
-  CHECK_THROWS(calibration::moment_spread_warning({1, 8}, spread, 1.3));
+  CHECK_THROWS(unsteady_decode_steps_warning({1, 8}, spread, 1.3));
 }

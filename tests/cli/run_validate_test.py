@@ -164,6 +164,29 @@ def validate_refuses_other_model(ctx):
 
 
 @case
+def simulate_warns_of_unsteady_profile(ctx):
+    # A profile whose calibration met the host in two states (its whole decode
+    # steps' moments up to 4.26x apart: the committed two-thread interleave
+    # suite's) is named on stderr and in summary.json; a steady one is not.
+    results = os.path.join(ctx.source_dir, "experiments", "results", "heldout")
+    unsteady = os.path.join(results, "cpu_two_threads_interleave", "profile.json")
+    steady = os.path.join(results, "cpu_one_thread", "profile.json")
+    with open(unsteady) as f:
+        spread = json.load(f)["metadata"]["decode_in_situ"]["moment_spread"]
+    check(max(spread) > 1.3, f"the fixture is not unsteady: {spread}")
+    args = ["simulate", "--quiet", "--json", "--num-requests", "5", "--seed", "1", "--profile"]
+    p = ctx.ok(*args, unsteady)
+    check("simulate: warning:" in p.stderr and unsteady in p.stderr and "different speeds" in p.stderr,
+          f"no warning on stderr: {p.stderr[:500]}")
+    warning = json.loads(p.stdout)["config"]["cost_model"]["calibration_warning"]
+    check(warning and f"up to {max(spread):.2f}x apart" in warning, f"calibration_warning {warning!r}")
+    p = ctx.ok(*args, steady)
+    check("warning" not in p.stderr, f"a steady profile warned: {p.stderr[:500]}")
+    check(json.loads(p.stdout)["config"]["cost_model"]["calibration_warning"] is None,
+          "a steady profile has a calibration_warning")
+
+
+@case
 def host_drift_flag_errors(ctx):
     # --host-drift names what is wrong, before anything runs; the flags it
     # replaced say so; the interleave intervals apply with interleave only.

@@ -1,7 +1,8 @@
 // A profile's JSON (sim/cost/profile.h): every field the writer emits reads
 // back, a field nobody knows -- a misspelled key at any level the loader
-// reads -- is refused naming the field and where it sits, and every profile
-// committed under experiments/results/ still loads.
+// reads -- is refused naming the field and where it sits, every profile
+// committed under experiments/results/ still loads, and a calibration whose
+// whole decode steps ran in two states of the host is named.
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -12,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sim/cost/profile.h"
+#include "sim/cost/profile_model.h"
 #include "sim/errors.h"
 #include "support/synthetic_profile.h"
 
@@ -104,4 +106,25 @@ TEST_CASE("profile JSON: every profile committed under experiments/results loads
     ++loaded;
   }
   CHECK(loaded >= 20);  // 29 when this test was written
+}
+
+TEST_CASE("profile: a calibration whose decode steps ran in two states of the host is named") {
+  DeviceProfile p = synthetic_profile(tiny_model());
+  CHECK(p.unsteadiness_warning().empty());  // no decode_in_situ recorded
+  p.metadata["decode_in_situ"] = {{"sequences", {1, 8, 16}}, {"moment_spread", {1.12, 1.54, 1.20}}};
+  const std::string w = p.unsteadiness_warning();
+  CHECK_THAT(w, Catch::Contains("of 8 sequences") && Catch::Contains("1.54x apart") &&
+                    Catch::Contains("1 sequence(s): 1.12x"));
+  CHECK(ProfileModel(p, tiny_model()).describe()["calibration_warning"] == w);
+  p.metadata["decode_in_situ"]["moment_spread"] = {1.12, 1.29, 1.30};  // at the limit: steady
+  CHECK(p.unsteadiness_warning().empty());
+  CHECK(ProfileModel(p, tiny_model()).describe()["calibration_warning"].is_null());
+  // Metadata in another shape is provenance, not an input: no warning, no error.
+  for (const nlohmann::json& odd : {nlohmann::json{{"sequences", "1,8"}, {"moment_spread", {2.0, 2.0}}},
+                                    nlohmann::json{{"sequences", {1, 8}}, {"moment_spread", {2.0}}},
+                                    nlohmann::json{{"sequences", nlohmann::json::array()}, {"moment_spread", nlohmann::json::array()}},
+                                    nlohmann::json("text")}) {
+    p.metadata["decode_in_situ"] = odd;
+    CHECK(p.unsteadiness_warning().empty());
+  }
 }
