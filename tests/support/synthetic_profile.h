@@ -90,15 +90,7 @@ inline DeviceProfile synthetic_profile(const ModelSpec& m, double noise = 0) {
   return p;
 }
 
-// One sequence of a plan: q query tokens over c cached ones.
-inline ScheduledSequence seq(int64_t id, int32_t q, int32_t c, bool prefill, bool samples) {
-  ScheduledSequence s;
-  s.request_id = id;
-  s.num_query_tokens = q;
-  s.num_cached_tokens = c;
-  s.is_prefill = prefill;
-  s.samples = samples;
-  return s;
-}
+// seq(id, q, c, prefill, samples): the plan item of tests/support/test_support.h.
+using test::seq;
 
 }  // namespace servesim::test::synthetic

@@ -279,4 +279,15 @@ inline IterationPlan prefill_plan(int32_t tokens) {
   return p;
 }
 
+// One sequence of a plan: q query tokens over c cached ones.
+inline ScheduledSequence seq(int64_t id, int32_t q, int32_t c, bool prefill, bool samples) {
+  ScheduledSequence s;
+  s.request_id = id;
+  s.num_query_tokens = q;
+  s.num_cached_tokens = c;
+  s.is_prefill = prefill;
+  s.samples = samples;
+  return s;
+}
+
 }  // namespace servesim::test

@@ -14,6 +14,7 @@
 #include "support/test_support.h"
 
 using servesim::HardwareSpec;
+using servesim::test::seq;
 using servesim::InputError;
 using servesim::IterationPlan;
 using servesim::IterationResult;
@@ -69,16 +70,6 @@ RooflineOptions with_efficiency(double compute, double memory) {
   return o;
 }
 
-ScheduledSequence seq(int32_t q, int32_t cached, bool prefill, bool samples, int64_t id = 0) {
-  ScheduledSequence s;
-  s.request_id = id;
-  s.num_query_tokens = q;
-  s.num_cached_tokens = cached;
-  s.is_prefill = prefill;
-  s.samples = samples;
-  return s;
-}
-
 IterationPlan plan_of(std::initializer_list<ScheduledSequence> seqs) {
   IterationPlan p;
   for (const ScheduledSequence& s : seqs) p.add(s);
@@ -87,7 +78,7 @@ IterationPlan plan_of(std::initializer_list<ScheduledSequence> seqs) {
 
 IterationPlan decode_batch(int n, int32_t cached) {
   IterationPlan p;
-  for (int i = 0; i < n; ++i) p.add(seq(1, cached, false, true, i));
+  for (int i = 0; i < n; ++i) p.add(seq(i, 1, cached, false, true));
   return p;
 }
 
@@ -134,7 +125,7 @@ TEST_CASE("Batch-1 decode is memory-bound: GEMM time = bytes moved / bandwidth",
 TEST_CASE("A large prefill is compute-bound: GEMM time = 2 params tokens / peak", "[roofline]") {
   RooflineModel m(tiny_model(), round_gpu(), ideal());
   const int32_t T = 4096;
-  const RooflineBreakdown b = m.breakdown(plan_of({seq(T, 0, true, true)}));
+  const RooflineBreakdown b = m.breakdown(plan_of({seq(0, T, 0, true, true)}));
   // 2 x 73,728 x 4096 = 603,979,776 FLOP at 1e12. The largest memory time,
   // gate+up's (16,384 + 4096 x 320) x 2 B = 2.65e-5 s per layer, is well under
   // its compute time 2 x 4096 x 16,384 / 1e12 = 1.34e-4 s: every GEMM is
@@ -154,13 +145,13 @@ TEST_CASE("Attention FLOPs: 4 H dh (q c + q(q+1)/2) L", "[roofline]") {
   auto attention_flops = [&](double q, double c) { return 4 * H * dh * (q * c + q * (q + 1) / 2) * L; };
 
   SECTION("a whole prompt: q = 1024 over nothing cached") {
-    const RooflineBreakdown b = m.breakdown(plan_of({seq(1024, 0, true, true)}));
+    const RooflineBreakdown b = m.breakdown(plan_of({seq(0, 1024, 0, true, true)}));
     // 4 x 4 x 16 x (1024 x 1025 / 2) x 2 = 268,697,600 FLOP.
     CHECK(attention_flops(1024, 0) == 268697600.0);
     CHECK(b.prefill_attention * 1e12 == Approx(268697600.0).epsilon(kTight));
   }
   SECTION("a chunk: q = 256 over c = 768 cached") {
-    const RooflineBreakdown b = m.breakdown(plan_of({seq(256, 768, true, false)}));
+    const RooflineBreakdown b = m.breakdown(plan_of({seq(0, 256, 768, true, false)}));
     // pairs 256 x 768 + 256 x 257 / 2 = 229,504; x 64 x 4 x 2 = 117,506,048.
     CHECK(b.prefill_attention * 1e12 == Approx(117506048.0).epsilon(kTight));
     CHECK(b.prefill_attention * 1e12 == Approx(attention_flops(256, 768)).epsilon(kTight));
@@ -171,13 +162,13 @@ TEST_CASE("Attention FLOPs: 4 H dh (q c + q(q+1)/2) L", "[roofline]") {
     CHECK(b.prefill_attention == 0);
   }
   SECTION("speculative verification: q = k+1 = 5 decode tokens over c = 50") {
-    const RooflineBreakdown b = m.breakdown(plan_of({seq(5, 50, false, true)}));
+    const RooflineBreakdown b = m.breakdown(plan_of({seq(0, 5, 50, false, true)}));
     // pairs 5 x 50 + 15 = 265.
     CHECK(b.decode_attention * 1e12 == Approx(4 * 4 * 16 * 265 * 2.0).epsilon(kTight));
   }
   SECTION("sequences of one kind add up; prefill and decode kernels are separate") {
-    const IterationPlan p = plan_of({seq(100, 0, true, true, 1), seq(30, 70, true, false, 2),
-                                     seq(1, 500, false, true, 3), seq(1, 9, false, true, 4)});
+    const IterationPlan p = plan_of({seq(1, 100, 0, true, true), seq(2, 30, 70, true, false),
+                                     seq(3, 1, 500, false, true), seq(4, 1, 9, false, true)});
     const RooflineBreakdown b = m.breakdown(p);
     CHECK(b.prefill_attention * 1e12 ==
           Approx(attention_flops(100, 0) + attention_flops(30, 70)).epsilon(kTight));
@@ -202,21 +193,21 @@ TEST_CASE("Decode attention streams the KV cache: bytes / bandwidth", "[roofline
 TEST_CASE("The LM head runs only for sampling sequences", "[roofline]") {
   RooflineModel m(tiny_model(), round_gpu(), ideal());
   // A prefill chunk that is not the prompt's last: no token sampled.
-  const RooflineBreakdown no = m.breakdown(plan_of({seq(512, 0, true, false)}));
+  const RooflineBreakdown no = m.breakdown(plan_of({seq(0, 512, 0, true, false)}));
   CHECK(no.lm_head == 0);
   // One sampling row: GEMM [1, 64] x [64, 1000] reads 64,000 weights + 64 in
   // + final norm 64 (2 B each) and writes 1000 fp32 logits: 132,256 B, 1.32e-6
   // s (its 128,000 FLOP take 1.28e-7 s); the sampler reads the logits, 4000 B.
-  const RooflineBreakdown one = m.breakdown(plan_of({seq(512, 0, true, true)}));
+  const RooflineBreakdown one = m.breakdown(plan_of({seq(0, 512, 0, true, true)}));
   CHECK(one.lm_head == Approx((132256 + 4000) / 1e11).epsilon(kTight));
   // Three sampling decodes and a non-sampling chunk: S = 3.
   // 2 x (64,000 + 2 x 3 x 64) + 4 x 3000 = 140,768 B; sampler 12,000 B.
-  const IterationPlan p = plan_of({seq(1, 10, false, true, 1), seq(1, 20, false, true, 2),
-                                   seq(1, 30, false, true, 3), seq(200, 0, true, false, 4)});
+  const IterationPlan p = plan_of({seq(1, 1, 10, false, true), seq(2, 1, 20, false, true),
+                                   seq(3, 1, 30, false, true), seq(4, 200, 0, true, false)});
   REQUIRE(p.num_sampling_sequences == 3);
   CHECK(m.breakdown(p).lm_head == Approx((140768 + 12000) / 1e11).epsilon(kTight));
   // The same plan with nobody sampling: no LM head at all.
-  const IterationPlan q = plan_of({seq(1, 10, false, false, 1), seq(200, 0, true, false, 4)});
+  const IterationPlan q = plan_of({seq(1, 1, 10, false, false), seq(4, 200, 0, true, false)});
   CHECK(m.breakdown(q).lm_head == 0);
 }
 
@@ -247,8 +238,8 @@ TEST_CASE("The iteration overhead is added once per iteration", "[roofline]") {
     CHECK(duration(with, p) - duration(without, p) == Approx(1e-3).epsilon(1e-9));
     CHECK(with.breakdown(p).overhead == 1e-3);
   }
-  const IterationPlan mixed = plan_of({seq(300, 0, true, true, 1), seq(1, 40, false, true, 2),
-                                       seq(1, 41, false, true, 3)});
+  const IterationPlan mixed = plan_of({seq(1, 300, 0, true, true), seq(2, 1, 40, false, true),
+                                       seq(3, 1, 41, false, true)});
   CHECK(duration(with, mixed) - duration(without, mixed) == Approx(1e-3).epsilon(1e-9));
 }
 
@@ -264,11 +255,11 @@ TEST_CASE("The sequence overhead is added once per sampling sequence", "[rooflin
     CHECK(with.breakdown(p).overhead == Approx(1e-3 + n * 5e-4).epsilon(1e-12));
   }
   // A prefill chunk that samples nothing pays no sequence overhead.
-  const IterationPlan mixed = plan_of({seq(300, 0, true, false, 1), seq(1, 40, false, true, 2),
-                                       seq(1, 41, false, true, 3)});
+  const IterationPlan mixed = plan_of({seq(1, 300, 0, true, false), seq(2, 1, 40, false, true),
+                                       seq(3, 1, 41, false, true)});
   CHECK(duration(with, mixed) - duration(without, mixed) == Approx(2 * 5e-4).epsilon(1e-9));
   // A speculative verification samples k + 1 rows of one sequence: once.
-  ScheduledSequence verify = seq(4, 40, false, true, 5);
+  ScheduledSequence verify = seq(5, 4, 40, false, true);
   verify.num_sample_rows = 4;
   const IterationPlan speculative = plan_of({verify});
   REQUIRE(speculative.num_sample_rows == 4);
@@ -279,7 +270,7 @@ TEST_CASE("The sequence overhead is added once per sampling sequence", "[rooflin
 
 TEST_CASE("Efficiencies scale the roofline", "[roofline]") {
   const IterationPlan decode = decode_batch(1, 99);
-  const IterationPlan prefill = plan_of({seq(4096, 0, true, true)});
+  const IterationPlan prefill = plan_of({seq(0, 4096, 0, true, true)});
   RooflineModel full(tiny_model(), round_gpu(), ideal());
 
   SECTION("half compute efficiency doubles compute-bound work, not memory-bound work") {
@@ -310,12 +301,12 @@ TEST_CASE("Duration grows with tokens and with context length", "[roofline]") {
     double previous = 0;
     for (int32_t t = 1; t <= 16384; t *= 2) {
       INFO(t << " tokens");
-      const double d = duration(m, plan_of({seq(t, 0, true, true)}));
+      const double d = duration(m, plan_of({seq(0, t, 0, true, true)}));
       CHECK(d >= previous);
       previous = d;
     }
-    CHECK(duration(m, plan_of({seq(16384, 0, true, true)})) >
-          10 * duration(m, plan_of({seq(16, 0, true, true)})));
+    CHECK(duration(m, plan_of({seq(0, 16384, 0, true, true)})) >
+          10 * duration(m, plan_of({seq(0, 16, 0, true, true)})));
   }
   SECTION("decode context") {
     double previous = 0;
@@ -350,7 +341,7 @@ TEST_CASE("Llama-3.1-8B on H200: decode reads the weights, prefill saturates com
   CHECK(gemm_time(d) == Approx(2 * linear / bw).epsilon(0.001));  // ~3.42 ms
   // LM head 128256 x 4096 bf16 = 1.05 GB.
   CHECK(d.lm_head == Approx(128256.0 * 4096 * 2 / bw).epsilon(0.01));
-  const RooflineBreakdown p = m.breakdown(plan_of({seq(8192, 0, true, true)}));
+  const RooflineBreakdown p = m.breakdown(plan_of({seq(0, 8192, 0, true, true)}));
   CHECK(gemm_time(p) == Approx(2 * linear * 8192 / peak).epsilon(1e-6));  // ~165 ms
 }
 
@@ -424,9 +415,9 @@ TEST_CASE("A prefix-cache hit: GEMMs cost the q new tokens, attention q queries 
   RooflineModel m(tiny_model(), round_gpu(), ideal());
   // 16 new tokens after 4000 cached (a hit) against the same 16 tokens with
   // nothing cached and against the whole 4016-token prompt.
-  const RooflineBreakdown hit = m.breakdown(plan_of({seq(16, 4000, true, true)}));
-  const RooflineBreakdown fresh = m.breakdown(plan_of({seq(16, 0, true, true)}));
-  const RooflineBreakdown whole = m.breakdown(plan_of({seq(4016, 0, true, true)}));
+  const RooflineBreakdown hit = m.breakdown(plan_of({seq(0, 16, 4000, true, true)}));
+  const RooflineBreakdown fresh = m.breakdown(plan_of({seq(0, 16, 0, true, true)}));
+  const RooflineBreakdown whole = m.breakdown(plan_of({seq(0, 4016, 0, true, true)}));
   for (auto part : {&RooflineBreakdown::qkv_proj, &RooflineBreakdown::o_proj, &RooflineBreakdown::gate_up_proj,
                     &RooflineBreakdown::down_proj, &RooflineBreakdown::elementwise, &RooflineBreakdown::lm_head})
     CHECK(hit.*part == fresh.*part);
