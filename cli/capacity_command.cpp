@@ -163,6 +163,7 @@ int capacity_command(int argc, const char* const* argv) {
   const bool terminal = stderr_is_terminal();
 
   SimulationFlags flags = simulation_from(vm);
+  warn_of_unsteady_calibration(flags, "capacity");
   const SimulationSetup& setup = flags.setup;
   const std::string title = fmt::format(
       "servesim capacity: {} on {} x {} ({}), {} scheduler; SLOs {}", setup.model.name, setup.parallel.world_size(),

@@ -57,13 +57,7 @@ int simulate_command(int argc, const char* const* argv) {
   const std::optional<double>& cpu_kv_bytes = flags.cpu_kv_bytes;
   const DecoderPrecision& profile_precision = flags.profile_precision;
   const bool quiet = vm.count("quiet") > 0;
-  // Not progress, so printed with --quiet too (summary.json's
-  // config.cost_model.calibration_warning holds the same).
-  if (profile) {
-    const std::string unsteady = profile->unsteadiness_warning();
-    if (!unsteady.empty())
-      std::fprintf(stderr, "simulate: warning: %s: %s\n", flags.profile_path.c_str(), unsteady.c_str());
-  }
+  warn_of_unsteady_calibration(flags, "simulate");
   const int num_draws = vm["draws"].as<int>();
   if (num_draws < 1 || num_draws > kMaxDraws)
     throw InputError(fmt::format("--draws {}: expected 1 .. {}", num_draws, kMaxDraws));

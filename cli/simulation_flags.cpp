@@ -1,6 +1,7 @@
 #include "cli/simulation_flags.h"
 
 #include <cmath>
+#include <cstdio>
 
 #include <fmt/format.h>
 
@@ -236,6 +237,13 @@ SimulationFlags simulation_from(const po::variables_map& vm) {
   flags.cpu_kv_bytes = cpu_kv_bytes;
   flags.profile_precision = profile_precision;
   return flags;
+}
+
+void warn_of_unsteady_calibration(const SimulationFlags& flags, const char* command) {
+  if (!flags.profile) return;
+  const std::string unsteady = flags.profile->unsteadiness_warning();
+  if (!unsteady.empty())
+    std::fprintf(stderr, "%s: warning: %s: %s\n", command, flags.profile_path.c_str(), unsteady.c_str());
 }
 
 }  // namespace servesim::cli

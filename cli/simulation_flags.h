@@ -33,4 +33,10 @@ struct SimulationFlags {
 // The setup the flags give (InputError naming a bad or contradictory flag).
 SimulationFlags simulation_from(const po::variables_map& vm);
 
+// "COMMAND: warning: PROFILE: ..." on stderr when the profile's calibration
+// met the host in two states (DeviceProfile::unsteadiness_warning). Not
+// progress, so printed with --quiet too; the JSON outputs carry the same
+// sentence as config.cost_model.calibration_warning.
+void warn_of_unsteady_calibration(const SimulationFlags& flags, const char* command);
+
 }  // namespace servesim::cli

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <iostream>
 #include <optional>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -217,6 +218,28 @@ SweepShard parse_shard(const std::string& text, const std::string& flag) {
   return SweepShard{index, count};
 }
 
+namespace {
+
+// The points' profiles whose calibration met the host in two states, each
+// once: "PROFILE: SENTENCE" from the summaries' config.cost_model (the
+// points' own stderr, where simulate says it, is not shown).
+std::set<std::string> unsteady_calibrations(const std::vector<Point>& points) {
+  std::set<std::string> found;
+  for (const Point& p : points) {
+    if (!p.outcome.ok) continue;
+    const nlohmann::json config = p.outcome.summary.value("config", nlohmann::json::object());
+    const nlohmann::json cost = config.value("cost_model", nlohmann::json::object());
+    const auto warning = cost.find("calibration_warning");
+    if (warning == cost.end() || !warning->is_string()) continue;
+    const auto profile = cost.find("profile");
+    found.insert((profile != cost.end() && profile->is_string() ? profile->get<std::string>() : "the profile") + ": " +
+                 warning->get<std::string>());
+  }
+  return found;
+}
+
+}  // namespace
+
 int finish_sweep(const std::vector<GridAxis>& axes, const std::vector<std::string>& base,
                  const Objective& objective, const std::vector<Constraint>& constraints, std::vector<Point>& points,
                  const std::string& out_dir, bool json) {
@@ -236,6 +259,8 @@ int finish_sweep(const std::vector<GridAxis>& axes, const std::vector<std::strin
   else
     print_table(axes, objective, constraints, points, ranking, out_dir);
   std::cout.flush();
+  for (const std::string& unsteady : unsteady_calibrations(points))
+    std::fprintf(stderr, "sweep: warning: %s\n", unsteady.c_str());
 
   const size_t failed =
       size_t(std::count_if(points.begin(), points.end(), [](const Point& p) { return !p.outcome.ok; }));

@@ -79,6 +79,7 @@ int validate_measured_command(int argc, const char* const* argv) {
   }
   const bool quiet = vm.count("quiet") > 0;
   SimulationFlags flags = simulation_from(vm);
+  warn_of_unsteady_calibration(flags, "validate --measured");
   SimulationSetup& setup = flags.setup;
 
   MeasuredPrediction p;

@@ -164,26 +164,55 @@ def validate_refuses_other_model(ctx):
 
 
 @case
-def simulate_warns_of_unsteady_profile(ctx):
+def commands_warn_of_unsteady_profile(ctx):
     # A profile whose calibration met the host in two states (its whole decode
     # steps' moments up to 4.26x apart: the committed two-thread interleave
-    # suite's) is named on stderr and in summary.json; a steady one is not.
+    # suite's) is named on stderr by simulate, capacity, validate --measured
+    # and sweep (once, from its points' summaries) and in their JSON; a
+    # steady one is not.
     results = os.path.join(ctx.source_dir, "experiments", "results", "heldout")
     unsteady = os.path.join(results, "cpu_two_threads_interleave", "profile.json")
     steady = os.path.join(results, "cpu_one_thread", "profile.json")
     with open(unsteady) as f:
         spread = json.load(f)["metadata"]["decode_in_situ"]["moment_spread"]
     check(max(spread) > 1.3, f"the fixture is not unsteady: {spread}")
+
+    def warned(command, stderr, profile):
+        lines = [l for l in stderr.splitlines() if l.startswith(f"{command}: warning: {profile}: ")]
+        return len(lines) == 1 and "different speeds" in lines[0]
+
     args = ["simulate", "--quiet", "--json", "--num-requests", "5", "--seed", "1", "--profile"]
     p = ctx.ok(*args, unsteady)
-    check("simulate: warning:" in p.stderr and unsteady in p.stderr and "different speeds" in p.stderr,
-          f"no warning on stderr: {p.stderr[:500]}")
+    check(warned("simulate", p.stderr, unsteady), f"no warning on stderr: {p.stderr[:500]}")
     warning = json.loads(p.stdout)["config"]["cost_model"]["calibration_warning"]
     check(warning and f"up to {max(spread):.2f}x apart" in warning, f"calibration_warning {warning!r}")
     p = ctx.ok(*args, steady)
     check("warning" not in p.stderr, f"a steady profile warned: {p.stderr[:500]}")
     check(json.loads(p.stdout)["config"]["cost_model"]["calibration_warning"] is None,
           "a steady profile has a calibration_warning")
+
+    capacity = ["capacity", "--quiet", "--json", "--num-requests", "100", "--prompt-len", "64", "--output-len",
+                "16", "--slo-ttft", "300ms", "--profile"]
+    p = ctx.ok(*capacity, unsteady)
+    check(warned("capacity", p.stderr, unsteady), f"capacity: no warning on stderr: {p.stderr[:500]}")
+    check(json.loads(p.stdout)["config"]["cost_model"]["calibration_warning"] == warning,
+          "capacity.json lacks the calibration_warning")
+    p = ctx.ok(*capacity, steady)
+    check("warning" not in p.stderr, f"capacity: a steady profile warned: {p.stderr[:500]}")
+
+    # validate --measured predicting a run with it.
+    run = ctx.path("unsteady_run")
+    ctx.ok("simulate", "--quiet", "--num-requests", "5", "--seed", "1", "--profile", unsteady, "--out", run)
+    p = ctx.ok("validate", "--measured", run, "--profile", unsteady, "--out", ctx.path("unsteady_v"), "--quiet")
+    check(warned("validate --measured", p.stderr, unsteady), f"validate --measured: no warning: {p.stderr[:500]}")
+    with open(os.path.join(ctx.path("unsteady_v"), "report.json")) as f:
+        check(json.load(f)["cost_model"]["calibration_warning"] == warning, "report.json lacks the warning")
+
+    # Two points per profile: each unsteady profile is named once.
+    p = ctx.ok("sweep", "--quiet", "--out", ctx.path("sweep"), "--grid", f"profile={unsteady},{steady}",
+               "--grid", "max-num-seqs=4,8", "--", "--num-requests", "5")
+    check(warned("sweep", p.stderr, unsteady), f"sweep: not one warning for the unsteady profile: {p.stderr[:800]}")
+    check(steady not in p.stderr, f"sweep: a steady profile warned: {p.stderr[:800]}")
 
 
 @case
