@@ -133,7 +133,7 @@ double kv_bytes_per_token_layer(const ModelSpec& m, const DeviceChoice& device) 
 void check_options(const CalibrationOptions& o) {
   const DeviceChoice device = parse_device(o.device);  // InputError naming --device
   o.model.validate(o.model.name);
-  if (o.threads < 0) throw InputError(fmt::format("--threads must be >= 0 (got {})", o.threads));
+  check_cpu_threads(o.threads);
   if (o.block_size < 1 || o.block_size > 1024)
     throw InputError(fmt::format("--block-size must be in [1, 1024] (got {})", o.block_size));
   const int32_t max_tokens = device.cuda ? kCudaMaxBatchedTokens : 1 << 20;

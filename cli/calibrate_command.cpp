@@ -100,7 +100,7 @@ int calibrate_command(int argc, const char* const* argv) {
        "a preset or a Hugging Face config.json: the shapes timed (weights are random)")
       ("quick", "coarse grids and few repeats, seconds instead of minutes (tests, first looks; a quick validation "
                 "calibrates this way)")
-      ("threads", po::value<int>()->default_value(0), "CPU threads (0: every core; cpu only)")
+      ("threads", po::value<int>()->default_value(0), "CPU threads, 0 .. 1024 (0: every core; cpu only)")
       ("host-drift",
        "for a host whose speed drifts (a shared VM; docs/noisy-hosts.md): also time the drift probes (a "
        "whole-model decode step and an n^3 GEMM) at every moment of the calibration, with the threads' "

@@ -328,9 +328,17 @@ SloTargets slo_from(const po::variables_map& vm) {
 
 po::variables_map parse_or_throw(int argc, const char* const* argv,
                                  const po::options_description& options) {
+  // Positional arguments are collected only to be named in the error.
+  po::options_description with_stray(options);
+  with_stray.add_options()("servesim-stray-argument", po::value<std::vector<std::string>>());
+  po::positional_options_description stray;
+  stray.add("servesim-stray-argument", -1);
   po::variables_map vm;
   try {
-    po::store(po::command_line_parser(argc, argv).options(options).positional({}).run(), vm);
+    po::store(po::command_line_parser(argc, argv).options(with_stray).positional(stray).style(kFlagStyle).run(), vm);
+    if (vm.count("servesim-stray-argument"))
+      throw InputError(fmt::format("unexpected argument '{}': every setting is a --flag (see --help)",
+                                   vm["servesim-stray-argument"].as<std::vector<std::string>>().front()));
     po::notify(vm);
   } catch (const po::error& e) {
     throw InputError(e.what());

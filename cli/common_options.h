@@ -55,8 +55,14 @@ std::optional<Interconnect> interconnect_from(const po::variables_map& vm);
 // seeds are read as text and parsed strictly (InputError naming `flag`).
 uint64_t parse_seed(const std::string& text, const std::string& flag);
 
-// Parses argv (after the command word) against `options`: unknown flags,
-// stray positional arguments and malformed values throw InputError.
+// boost's default command-line style without allow_guessing: a flag must
+// be spelled whole (an unambiguous prefix would be taken, so `--mode`
+// silently meant `--model`).
+inline constexpr int kFlagStyle = po::command_line_style::default_style & ~po::command_line_style::allow_guessing;
+
+// Parses argv (after the command word) against `options` in kFlagStyle:
+// unknown flags, stray positional arguments (named) and malformed values
+// throw InputError.
 po::variables_map parse_or_throw(int argc, const char* const* argv,
                                  const po::options_description& options);
 

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "kernels/decoder/device_choice.h"
 #include "kernels/decoder/host_weights.h"
 #include "sim/errors.h"
 #include "sim/model_spec.h"
@@ -44,7 +45,7 @@ void add_engine_options(po::options_description& general) {
        "folder with model.safetensors (or a sharded model.safetensors.index.json) and config.json; "
        "random weights when absent")
       ("weights-seed", po::value<std::string>()->default_value("0"), "seed of the random weights")
-      ("threads", po::value<int>()->default_value(0), "CPU threads (0: every core; cpu only)")
+      ("threads", po::value<int>()->default_value(0), "CPU threads, 0 .. 1024 (0: every core; cpu only)")
       ("warm-up-tokens", po::value<int32_t>()->default_value(256),
        "before the clock starts, warm each decoder up with a prefill of this many tokens (capped by "
        "--max-num-batched-tokens) and 4 decode steps, as serving engines do at start-up; on cuda it also "
@@ -142,7 +143,7 @@ EngineSetup engine_setup_from(const po::variables_map& vm) {
   setup.model.quantization = setup.precision.quantization;
   setup.weights_seed = parse_seed(vm["weights-seed"].as<std::string>(), "--weights-seed");
   setup.threads = vm["threads"].as<int>();
-  if (setup.threads < 0) throw InputError(fmt::format("--threads must be >= 0 (got {})", setup.threads));
+  check_cpu_threads(setup.threads);
   setup.warm_up.prefill_tokens = vm["warm-up-tokens"].as<int32_t>();
   if (setup.warm_up.prefill_tokens < 0)
     throw InputError(fmt::format("--warm-up-tokens must be >= 0 (got {})", setup.warm_up.prefill_tokens));

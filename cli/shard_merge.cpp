@@ -28,7 +28,7 @@ std::optional<MergeFlags> parse_merge_flags(int argc, const char* const* argv, c
   positional.add("shards", -1);
   po::variables_map vm;
   try {
-    po::store(po::command_line_parser(argc, argv).options(o).positional(positional).run(), vm);
+    po::store(po::command_line_parser(argc, argv).options(o).positional(positional).style(kFlagStyle).run(), vm);
     po::notify(vm);
   } catch (const po::error& e) {
     throw InputError(e.what());

@@ -179,7 +179,7 @@ std::optional<SweepOptions> parse_sweep_flags(int argc, const char* const* argv)
 
   po::variables_map vm;
   try {
-    const auto parsed = po::command_line_parser(own_argc, argv).options(o).allow_unregistered().run();
+    const auto parsed = po::command_line_parser(own_argc, argv).options(o).style(kFlagStyle).allow_unregistered().run();
     po::store(parsed, vm);
     po::notify(vm);
     const auto unknown = po::collect_unrecognized(parsed.options, po::include_positional);

@@ -179,8 +179,9 @@ int validate_command(int argc, const char* const* argv) {
       .add(slo_options());
   // Flags of earlier versions, refused by name (not in --help).
   po::options_description removed;
-  removed.add_options()("anchor", po::value<std::string>())("placement", po::value<std::string>())(
-      "in-situ", po::value<std::string>());
+  // Given with or without a value, each is named with what replaced it.
+  removed.add_options()("anchor", po::value<std::string>()->implicit_value(""))(
+      "placement", po::value<std::string>()->implicit_value(""))("in-situ", po::value<std::string>()->implicit_value(""));
   po::options_description accepted;
   accepted.add(all).add(removed);
 

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "sim/errors.h"
+#include "sim/input_file.h"
 
 namespace servesim {
 namespace {
@@ -113,6 +114,7 @@ AcceptanceModel AcceptanceModel::histogram(const std::vector<int64_t>& counts, c
 
 AcceptanceModel AcceptanceModel::load_histogram(const std::string& path) {
   const std::string flag = "--acceptance-hist " + path;
+  refuse_folder(path, flag, "an acceptance histogram");
   std::ifstream in(path);
   if (!in) throw InputError(fmt::format("{}: cannot open the file", flag));
   std::stringstream buffer;

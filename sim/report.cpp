@@ -272,7 +272,7 @@ std::string format_summary_table(const RunSummary& s, const std::string& title) 
   t += fmt::format("  throughput {:.3f} req/s, {:.1f} output tok/s", s.requests_per_s, s.output_tokens_per_s);
   if (s.goodput_requests_per_s)
     t += fmt::format(", goodput {:.3f} req/s ({} of {} met the SLOs)", *s.goodput_requests_per_s,
-                     s.slo_met, s.completed);
+                     s.slo_met, s.submitted);  // a rejected request missed them (slo_attainment's rule)
   t += "\n";
   t += fmt::format("  KV cache   peak {} of {} blocks ({:.1f}%)\n", s.peak_kv_blocks, s.num_gpu_blocks,
                    s.peak_kv_utilization * 100);

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <utility>
@@ -287,15 +288,37 @@ std::string to_string(ArrivalProcess p) {
   return "unknown";
 }
 
+// Past this the clock's seconds, doubles, resolve an instant no better
+// than ~0.1 us, and latencies (differences of such instants) lose their
+// digits: at 1e13 s a TPOT rounds to 4 ms, at 1e16 s every latency is 0.
+namespace {
+
+constexpr double kMaxArrivalS = 1e9;  // ~32 years
+
+void check_arrival_range(const Workload& w, const WorkloadSpec& spec) {
+  double last = 0;
+  for (const Request& r : w.requests) last = std::max(last, r.arrival_s);
+  if (!(last <= kMaxArrivalS))
+    throw InputError(fmt::format(
+        "the last request arrives at {:.3g} s, past {:g} s (32 years), where the simulated clock cannot resolve "
+        "latencies: {}",
+        last, kMaxArrivalS,
+        spec.arrival == ArrivalProcess::Trace ? "raise --rate-scale or narrow --window-duration"
+                                              : "raise --rate"));
+}
+
+}  // namespace
+
 Workload make_workload(const WorkloadSpec& spec) {
   check_spec(spec);
   check_token_identity_spec(spec);
-  if (spec.arrival == ArrivalProcess::Trace) {
-    Workload w;
+  Workload w;
+  if (spec.arrival == ArrivalProcess::Trace)
     w.requests = read_trace(spec.trace);
-    return w;
-  }
-  return synthetic_workload(spec);
+  else
+    w = synthetic_workload(spec);
+  check_arrival_range(w, spec);
+  return w;
 }
 
 }  // namespace servesim

@@ -7,10 +7,12 @@
 #include <fmt/format.h>
 
 #include "sim/errors.h"
+#include "sim/input_file.h"
 
 namespace servesim {
 
 CostFile read_cost_file(const std::string& path) {
+  refuse_folder(path, "--cost-file " + path, "a cost file (fit.json)");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(fmt::format("--cost-file {}: cannot open", path));
   std::ostringstream text;

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sim/errors.h"
+#include "sim/input_file.h"
 
 namespace servesim {
 namespace {
@@ -72,6 +73,7 @@ std::string iteration_log_line(int64_t index, double start_s, const RecordedIter
 }
 
 IterationLogRead read_iteration_log(const std::string& path) {
+  refuse_folder(path, "--iteration-log " + path, "an iteration log (JSON lines)");
   std::ifstream f(path, std::ios::binary);
   if (!f) throw InputError(fmt::format("--iteration-log {}: cannot open", path));
   const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());

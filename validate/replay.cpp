@@ -34,6 +34,10 @@ RunRecords replay_timing(const RunRecords& measured, const std::vector<RecordedI
   }
   out.rejection_reasons = measured.rejection_reasons;
   out.num_iterations = int64_t(iterations.size());
+  // The same iterations as the real run: its batches and prefix-cache hits.
+  out.batch_tokens = measured.batch_tokens;
+  out.batch_sequences = measured.batch_sequences;
+  out.prefix_cache = measured.prefix_cache;
   out.preemptions = measured.preemptions;
   out.peak_kv_blocks = measured.peak_kv_blocks;
   out.num_gpu_blocks = measured.num_gpu_blocks;

@@ -23,6 +23,11 @@ DeviceChoice parse_device(const std::string& value) {
   throw InputError(fmt::format("--device '{}': expected cpu, cuda or cuda:N (N a device ordinal)", value));
 }
 
+void check_cpu_threads(int threads) {
+  if (threads < 0 || threads > kMaxCpuThreads)
+    throw InputError(fmt::format("--threads must be in 0 .. {} (0: every core; got {})", kMaxCpuThreads, threads));
+}
+
 void require_device(const DeviceChoice& device) {
   if (!device.cuda) return;
   const std::string why = cuda_device_unavailable(device.index);

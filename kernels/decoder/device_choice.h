@@ -23,6 +23,13 @@ DeviceChoice parse_device(const std::string& value);
 // cannot be loaded). Defined by kernels/cuda_plugin/cuda_loader.cpp.
 std::string cuda_device_unavailable(int index);
 
+// --threads: 0 (every core) .. kMaxCpuThreads, else InputError. The bound
+// allows oversubscribing any host this runs on; far above it OpenMP fails
+// to create its threads (or the process runs out of stack) instead of
+// saying what is wrong.
+inline constexpr int kMaxCpuThreads = 1024;
+void check_cpu_threads(int threads);
+
 // InputError (exit 2 at the CLI) with cuda_device_unavailable's reason when
 // `device` is a CUDA device that cannot be used.
 void require_device(const DeviceChoice& device);

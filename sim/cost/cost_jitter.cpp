@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "sim/errors.h"
+#include "sim/input_file.h"
 #include "sim/stats.h"
 
 namespace servesim {
@@ -106,6 +107,7 @@ CostJitter CostJitter::from_flag(const std::string& value, const std::string& fl
       throw InputError(fmt::format("{}: {}", what, e.what()));
     }
   }
+  refuse_folder(value, what, "a validate report.json");
   std::ifstream in(value);
   if (!in) throw InputError(fmt::format("{}: neither a sigma nor a file that can be opened", what));
   nlohmann::json j;

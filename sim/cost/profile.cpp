@@ -9,6 +9,7 @@
 
 #include "sim/errors.h"
 #include "sim/config_json.h"
+#include "sim/input_file.h"
 #include "sim/json_fields.h"
 
 namespace servesim {
@@ -252,6 +253,7 @@ DeviceProfile DeviceProfile::from_json(const nlohmann::json& j, const std::strin
 }
 
 DeviceProfile DeviceProfile::load(const std::string& path) {
+  refuse_folder(path, path, "a device profile (JSON)");
   std::ifstream in(path);
   if (!in) throw InputError(fmt::format("{}: cannot open the profile", path));
   nlohmann::json j;

@@ -53,7 +53,7 @@ def calibrate_timing_flags(ctx):
     # Out of range: refused by name, no profile written.
     bad = ctx.path("bad.json")
     for flag, value in (("--min-time", "0"), ("--min-time", "61"), ("--min-time", "-1"), ("--repetitions", "0"),
-                        ("--repetitions", "1001")):
+                        ("--repetitions", "1001"), ("--threads", "-1"), ("--threads", "100000")):
         expect_input_error(ctx, ["calibrate", "--quick", f"{flag}={value}", "--out", bad], [flag, value])
     check(not os.path.exists(bad), "a refused calibration wrote its profile")
     help_text = ctx.ok("calibrate", "--help").stdout

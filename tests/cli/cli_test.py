@@ -285,6 +285,19 @@ def simulate_goodput(ctx):
 
 
 @case
+def simulate_goodput_counts_rejected(ctx):
+    # Requests longer than --max-model-len are rejected, and a rejected request
+    # missed its SLOs: the table's "M of N met the SLOs" is slo_attainment's M / N.
+    out = ctx.path("run")
+    p = ctx.simulate("--num-requests", "100", "--max-model-len", "1500", "--slo-ttft", "10s", "--out", out)
+    s = load_summary(out)
+    check(s["requests"]["rejected"] > 0, "no request rejected: the check below would be vacuous")
+    met = round(s["slo_attainment"] * s["requests"]["submitted"])
+    said = f"({met} of {s['requests']['submitted']} met the SLOs)"
+    check(said in p.stdout, f"the table does not say {said}: {p.stdout[:600]}")
+
+
+@case
 def simulate_draws(ctx):
     # --draws N: the medians over N jittered simulations, their band, and the
     # one simulation without jitter (whose requests the CSV holds).
@@ -440,6 +453,24 @@ def error_config_invalid_json(ctx):
 
 
 @case
+def error_folder_for_a_file(ctx):
+    # A folder where a file is expected is named as such (an ifstream opens a
+    # folder, and the JSON reader's "Is a directory" came out as an internal error).
+    folder = ctx.path("a_folder")
+    os.makedirs(folder, exist_ok=True)
+    expect_input_error(ctx, ["simulate", "--profile", folder], [folder, "is a folder"])
+    expect_input_error(ctx, ["simulate", "--num-requests", "10", "--draws", "3", "--cost-jitter", folder],
+                       ["--cost-jitter", "is a folder"])
+    expect_input_error(ctx, ["simulate", "--cost-file", folder], ["--cost-file", "is a folder"])
+    expect_input_error(ctx, ["simulate", "--model", "small-110m", "--draft-model", "tiny-15m", "--acceptance-hist",
+                             folder], ["--acceptance-hist", "is a folder"])
+    run = ctx.path("run")
+    ctx.simulate("--num-requests", "5", "--out", run)
+    expect_input_error(ctx, ["validate", "--measured", run, "--iteration-log", folder, "--out", ctx.path("v")],
+                       ["--iteration-log", "is a folder"])
+
+
+@case
 def error_hardware_file(ctx):
     os.makedirs(ctx.work_dir, exist_ok=True)
     path = ctx.path("gpu.json")
@@ -465,6 +496,14 @@ def error_rate_not_a_number(ctx):
 @case
 def error_unknown_flag(ctx):
     expect_input_error(ctx, ["simulate", "--no-such-flag", "3"], ["--no-such-flag"])
+    # A flag is spelled whole: boost would take an unambiguous prefix, so
+    # `--mode replay` (validate's flag) used to be read as `--model replay`.
+    expect_input_error(ctx, ["simulate", "--mode", "replay"], ["unrecognised option '--mode'"])
+    expect_input_error(ctx, ["simulate", "--num-request", "3"], ["'--num-request'"])
+    expect_input_error(ctx, ["sweep", "--gri", "rate=1,2", "--", "--num-requests", "3"], ["'--gri'"])
+    expect_input_error(ctx, ["sweep", "merge", "--jso", ctx.path("none")], ["'--jso'"])
+    # A stray argument is named.
+    expect_input_error(ctx, ["simulate", "--num-requests", "3", "extra_argument"], ["'extra_argument'"])
 
 
 @case

@@ -77,6 +77,9 @@ def run_errors(ctx):
     expect_input_error(ctx, ["run", "--kv-cache-memory", "lots"], ["--kv-cache-memory"])
     expect_input_error(ctx, ["run", "--weights-seed", "-3"], ["--weights-seed"])
     expect_input_error(ctx, ["run", "--warm-up-tokens", "-1"], ["--warm-up-tokens", "-1"])
+    # Far past any core count OpenMP fails (or the stack runs out) instead of saying why: refused.
+    for threads in ("-1", "100000"):
+        expect_input_error(ctx, ["run", "--threads", threads], ["--threads", threads, "0 .. 1024"])
     # A 70B model in fp32 (282 GB) does not fit this machine: refused, not attempted.
     expect_input_error(ctx, ["run", "--model", "llama-3.1-70b"], ["llama-3.1-70b"])
 
@@ -103,6 +106,15 @@ def validate_quick_errors(ctx, out):
     for f in ["report_replay.json", "report_predict.json", "iterations.csv", "requests.csv",
               "iteration_breakdown.csv"]:
         check(os.path.isfile(os.path.join(out, f)), f"{f} not written")
+    # The replay runs the real run's iterations: the same batches and prefix-cache counts.
+    with open(os.path.join(out, "measured", "summary.json")) as f:
+        measured = json.load(f)
+    with open(os.path.join(out, "replayed", "summary.json")) as f:
+        replayed = json.load(f)
+    for key in ["mean_batch", "iterations", "prefix_cache"]:
+        check(key in measured and replayed.get(key) == measured[key],
+              f"replayed/summary.json {key} {replayed.get(key)} != measured {measured.get(key)}")
+    check(measured["mean_batch"]["sequences"] > 0, "the measured mean batch is empty")
     # The breakdown by shape covers every iteration once, in each of its two tables.
     b = r["iteration_breakdown"]
     for table in ["by_kind_sequences", "by_kind_sequences_context"]:
@@ -223,6 +235,8 @@ def host_drift_flag_errors(ctx):
                        ["--host-drift", "sometimes"])
     for flag, value in (("--anchor", "apply"), ("--placement", "apply"), ("--in-situ", "interleave")):
         expect_input_error(ctx, ["validate", flag, value, "--out", ctx.path("v")],
+                           [flag, "--host-drift", "docs/noisy-hosts.md"])
+        expect_input_error(ctx, ["validate", "--out", ctx.path("v"), flag],  # without a value, too
                            [flag, "--host-drift", "docs/noisy-hosts.md"])
     expect_input_error(ctx, ["validate", "--interleave-interval", "0.1", "--out", ctx.path("v")],
                        ["--interleave-interval", "--host-drift interleave"])

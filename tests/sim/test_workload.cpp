@@ -359,4 +359,17 @@ TEST_CASE("Every bad workload value throws InputError naming the flag", "[worklo
   }
   // A rate so small that the arrival times overflow is caught, not returned as inf.
   check_rates_refused(1000, {1e-307, 1e-320}, "--rate");
+  // So is one whose arrivals lie where doubles no longer resolve latencies
+  // (at 1e-15 req/s, ~1e16 s: every latency came out 0), for a trace too.
+  check_rates_refused(20, {1e-12, 1e-15}, "raise --rate");
+  CHECK_NOTHROW(make_workload(spec_of(ArrivalProcess::Constant, 20, 1e-6)));  // the last at 1.9e7 s
+  {
+    WorkloadSpec s;
+    s.arrival = ArrivalProcess::Trace;
+    s.trace.path = kSmallAzure;
+    s.trace.format = TraceFormat::Azure;
+    CHECK_NOTHROW(make_workload(s));
+    s.trace.rate_scale = 1e-300;
+    CHECK_THROWS_WITH(make_workload(s), Contains("raise --rate-scale"));
+  }
 }
