@@ -123,7 +123,7 @@ int fit_command(int argc, const char* const* argv) {
     runs.push_back(read_measured_run(path, read));
   if (vm.count("held-out"))
     for (const std::string& path : vm["held-out"].as<std::vector<std::string>>())
-      held_out.push_back(read_measured_run(path, read));
+      held_out.push_back(read_measured_run(path, {read.seed, "--held-out"}));
   const std::string out_dir = vm["out"].as<std::string>();
   create_output_folder(out_dir);
 

@@ -53,8 +53,8 @@ int64_t kv_capacity_blocks(const ModelSpec& model, const HardwareSpec& hardware,
   if (!(gpu_memory_utilization > 0 && gpu_memory_utilization <= 1))
     throw InputError(fmt::format("--gpu-memory-utilization must be in (0, 1] (got {})",
                                  gpu_memory_utilization));
-  if (block_size < 1)
-    throw InputError(fmt::format("--block-size must be >= 1 (got {})", block_size));
+  if (block_size < 1 || block_size > kMaxBlockSize)
+    throw InputError(fmt::format("--block-size must be in 1 .. {} (got {})", kMaxBlockSize, block_size));
   const double blocks = blocks_that_fit(model, hardware, gpu_memory_utilization, block_size, draft, parallel);
   if (!(blocks >= 1)) {
     const double weights = weights_per_gpu(model, draft, parallel);

@@ -10,6 +10,10 @@
 
 namespace servesim {
 
+// --block-size's range (SchedulerConfig::validate checks it too; the KV
+// capacity is sized first, so it checks it as well).
+inline constexpr int32_t kMaxBlockSize = 4096;
+
 // floor((memory x utilization - weight bytes) / (block_size x KV bytes per
 // token)), as vLLM sizes its cache (without its activation-peak profiling).
 // With a draft, its weights join the target's and each block holds the

@@ -10,6 +10,7 @@
 
 #include "sim/block_hashes.h"
 #include "sim/errors.h"
+#include "sim/kv_capacity.h"
 
 namespace servesim {
 
@@ -45,8 +46,8 @@ void SchedulerConfig::validate() const {
   if (max_num_batched_tokens < 1)
     throw InputError(
         fmt::format("--max-num-batched-tokens must be >= 1 (got {})", max_num_batched_tokens));
-  if (block_size < 1 || block_size > 4096)
-    throw InputError(fmt::format("--block-size must be in 1 .. 4096 (got {})", block_size));
+  if (block_size < 1 || block_size > kMaxBlockSize)
+    throw InputError(fmt::format("--block-size must be in 1 .. {} (got {})", kMaxBlockSize, block_size));
   if (num_gpu_blocks < 1)
     throw InputError(fmt::format("--num-gpu-blocks must be >= 1 (got {})", num_gpu_blocks));
   if (max_model_len < 1)

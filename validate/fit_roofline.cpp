@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <optional>
 
@@ -81,7 +82,11 @@ class Search {
     return x;
   }
 
+  // Past the budget a candidate is not simulated but scored +inf, so no
+  // step of a search (a simplex's reflection and contraction, the golden
+  // section's first pair) can go over --max-evaluations.
   double value(const Point& x) {
+    if (out_of_budget()) return std::numeric_limits<double>::infinity();
     const RooflineOptions r = options_at(x);
     const double f = fit_objective(evaluate_roofline(setup_, r, runs_));
     ++evaluations_;

@@ -385,11 +385,11 @@ MeasuredRun read_measured_run(const std::string& path, const MeasuredReadOptions
     if (fs::exists(fs::path(path) / "requests.csv")) return read_servesim_run_folder(path);
     const fs::path vllm = fs::path(path) / "vllm_result.json";
     if (fs::exists(vllm)) return read_vllm_result_json(vllm.string(), options);
-    throw InputError(fmt::format("--measured {}: the folder has neither requests.csv (a servesim run or bench "
+    throw InputError(fmt::format("{} {}: the folder has neither requests.csv (a servesim run or bench "
                                  "folder) nor vllm_result.json",
-                                 path));
+                                 options.flag, path));
   }
-  if (!fs::exists(path, ec)) throw InputError(fmt::format("--measured {}: no such file or folder", path));
+  if (!fs::exists(path, ec)) throw InputError(fmt::format("{} {}: no such file or folder", options.flag, path));
   return read_vllm_result_json(path, options);
 }
 

@@ -66,7 +66,8 @@ struct MeasuredRun {
 };
 
 struct MeasuredReadOptions {
-  uint64_t seed = 0;  // assumed arrivals' draws
+  uint64_t seed = 0;                // assumed arrivals' draws
+  std::string flag = "--measured";  // what the messages name the path by
 };
 
 // Reads a folder or a JSON file (InputError naming the file and the field

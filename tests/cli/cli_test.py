@@ -453,6 +453,15 @@ def error_config_invalid_json(ctx):
 
 
 @case
+def error_block_size_range(ctx):
+    # Named by its range, before the KV cache is sized with it (a block of a
+    # million tokens was blamed on the weights leaving no room).
+    for size in ("0", "4097", "1000000"):
+        expect_input_error(ctx, ["simulate", "--num-requests", "5", "--block-size", size],
+                           ["--block-size must be in 1 .. 4096", f"(got {size})"])
+
+
+@case
 def error_folder_for_a_file(ctx):
     # A folder where a file is expected is named as such (an ifstream opens a
     # folder, and the JSON reader's "Is a directory" came out as an internal error).

@@ -123,6 +123,10 @@ def measured_validate_refuses_bad_input(ctx):
     expect_input_error(ctx, ["fit", "--out", out], ["--measured"])
     expect_input_error(ctx, ["fit", "--measured", good, "--out", out, "--fit-parameters", "speed"],
                        ["--fit-parameters", "speed"])
+    missing = ctx.path("missing_held_out")
+    p = ctx.run("fit", "--measured", good, "--held-out", missing, "--out", out)
+    check(p.returncode == 2 and f"--held-out {missing}: no such file" in p.stderr,
+          f"a missing --held-out run is not named by its flag: {p.stderr[:300]}")
 
 
 @case
@@ -160,6 +164,14 @@ def measured_fit_then_simulate_cost_file(ctx):
     sa, sb = json.loads(a.stdout), json.loads(b.stdout)
     check(abs(sa["tpot_s"]["mean"] / sb["tpot_s"]["mean"] - 1) < 1e-6, "cost file and flags differ")
     check(sa["config"]["cost_model"]["compute_efficiency"] == r["compute_efficiency"], "config.cost_model")
+    # --max-evaluations N is a budget the search never exceeds, with every
+    # parameter searched (the overheads' own line searches first).
+    for budget in ("10", "37"):
+        few = ctx.path(f"fit_{budget}")
+        ctx.ok("fit", "--quiet", "--measured", light, "--max-evaluations", budget, "--fit-parameters",
+               "compute-efficiency,memory-efficiency,iteration-overhead,sequence-overhead", "--out", few)
+        spent = load(os.path.join(few, "fit.json"))["evaluations"]
+        check(spent == int(budget), f"--max-evaluations {budget}: {spent} evaluations")
 
 
 @case
