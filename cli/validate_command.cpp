@@ -146,7 +146,9 @@ int validate_command(int argc, const char* const* argv) {
        "iterations every --interleave-interval with the run's clock stopped (no latency includes them): one "
        "multiplier timeline scales every predicted cost, and iterations are costed in their threads' placement "
        "by the profile's placement ratios (cpu, without speculation)")
-      ("interleave-interval", po::value<double>()->default_value(kDefaultInterleaveIntervalS),
+      ("interleave-interval",
+       po::value<double>()->default_value(kDefaultInterleaveIntervalS,
+                                          fmt::format("{:g}", kDefaultInterleaveIntervalS)),
        "with --host-drift interleave: seconds of the run's clock from one timing between served iterations to "
        "the next (0.01 .. 60); shorter follows the device's speed closer and stops the clock more often")
       ("interleave-prefill-interval", po::value<double>()->default_value(kDefaultInterleavePrefillIntervalS),

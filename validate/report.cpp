@@ -247,7 +247,10 @@ void write_validation_outputs(const std::string& dir, const ValidationResult& v,
   SloTargets no_slo;  // goodput is not part of the comparison
   nlohmann::json measured = summary_to_json(v.measured.summary, no_slo, v.config);
   nlohmann::json replayed = summary_to_json(v.replay_summary, no_slo, predicted_config(v));
-  nlohmann::json predicted = summary_to_json(v.predict_summary, no_slo, predicted_config(v));
+  // predicted/ is the one simulation without jitter, its requests.csv and
+  // its summary alike (with --predict-draws N > 1 report.json holds the
+  // medians over the draws).
+  nlohmann::json predicted = summary_to_json(v.predict_single_summary, no_slo, predicted_config(v));
   if (v.measured.speculative) {
     measured["speculative"] = replayed["speculative"] = v.measured.speculative->to_json();
     if (v.predict_speculative) predicted["speculative"] = v.predict_speculative->to_json();

@@ -115,6 +115,16 @@ def validate_quick_errors(ctx, out):
         check(key in measured and replayed.get(key) == measured[key],
               f"replayed/summary.json {key} {replayed.get(key)} != measured {measured.get(key)}")
     check(measured["mean_batch"]["sequences"] > 0, "the measured mean batch is empty")
+    # predicted/ is the one simulation without jitter, summary and requests.csv alike; the
+    # medians over the draws are report.json's.
+    with open(os.path.join(out, "predicted", "summary.json")) as f:
+        predicted = json.load(f)
+    with open(os.path.join(out, "report_predict.json")) as f:
+        single = json.load(f)["ttft_s"].get("single_simulation")
+    if single:  # --predict-draws > 1 (the default)
+        for stat in ["mean", "p50", "p90"]:
+            check(close(predicted["ttft_s"][stat], single["predicted"][stat], rel=1e-12, abs_=1e-15),
+                  f"predicted/summary.json ttft {stat} {predicted['ttft_s'][stat]} is not the single simulation's")
     # The breakdown by shape covers every iteration once, in each of its two tables.
     b = r["iteration_breakdown"]
     for table in ["by_kind_sequences", "by_kind_sequences_context"]:
