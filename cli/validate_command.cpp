@@ -182,8 +182,8 @@ int validate_command(int argc, const char* const* argv) {
   // Flags of earlier versions, refused by name (not in --help).
   po::options_description removed;
   // Given with or without a value, each is named with what replaced it.
-  removed.add_options()("anchor", po::value<std::string>()->implicit_value(""))(
-      "placement", po::value<std::string>()->implicit_value(""))("in-situ", po::value<std::string>()->implicit_value(""));
+  for (const char* flag : {"anchor", "placement", "in-situ"})
+    removed.add_options()(flag, po::value<std::string>()->implicit_value(""));
   po::options_description accepted;
   accepted.add(all).add(removed);
 

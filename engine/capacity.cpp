@@ -63,6 +63,19 @@ SeedCapacity search_seed(const SimulationSetup& setup, const CostModels& costs, 
   };
   CapacityProbe lo, hi;
   CapacityProbe first = run(setup.workload.rate);
+  // A rejection is the request's own (too long for the model length, the KV
+  // cache or the token budget), the same at every rate: too many, and no
+  // rate can pass.
+  const double admitted = first.submitted > 0 ? double(first.submitted - first.rejected) / double(first.submitted) : 0;
+  if (admitted < o.attainment) {
+    std::string reasons;
+    for (const auto& [reason, count] : first.summary.rejections)
+      reasons += fmt::format("{}{} {}", reasons.empty() ? "" : "; ", count, reason);
+    throw InputError(fmt::format(
+        "{} of {} requests are rejected at any rate (seed {}: {}), so at most {:.1f}% can meet the SLOs and "
+        "{:.1f}% are needed: raise the limit they hit or shorten the workload's requests",
+        first.rejected, first.submitted, seed, reasons, admitted * 100, o.attainment * 100));
+  }
   if (first.attainment >= o.attainment) {
     lo = first;
     for (;;) {

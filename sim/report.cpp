@@ -283,6 +283,10 @@ std::string format_summary_table(const RunSummary& s, const std::string& title) 
   t += fmt::format("  {:<10} {:>10} {:>10} {:>10} {:>10} {:>10}   (ms)\n", "", "mean", "p50", "p90",
                    "p95", "p99");
   auto row = [&](const char* name, const Distribution& d) {
+    if (d.count == 0) {  // no samples (every request rejected; no request of 2+ tokens for TPOT)
+      t += fmt::format("  {:<10} {:>10} {:>10} {:>10} {:>10} {:>10}\n", name, "-", "-", "-", "-", "-");
+      return;
+    }
     t += fmt::format("  {:<10} {:>10} {:>10} {:>10} {:>10} {:>10}\n", name, ms(d.mean), ms(d.p50),
                      ms(d.p90), ms(d.p95), ms(d.p99));
   };

@@ -295,6 +295,12 @@ def simulate_goodput_counts_rejected(ctx):
     met = round(s["slo_attainment"] * s["requests"]["submitted"])
     said = f"({met} of {s['requests']['submitted']} met the SLOs)"
     check(said in p.stdout, f"the table does not say {said}: {p.stdout[:600]}")
+    # Every request rejected: no latency to show, and the table says so instead of 0.00 ms.
+    p = ctx.simulate("--num-requests", "5", "--max-model-len", "100", "--slo-ttft", "10s", "--out", ctx.path("none"))
+    check("(0 of 5 met the SLOs)" in p.stdout, f"all rejected: {p.stdout[:600]}")
+    for name in ["TTFT", "TPOT", "E2E"]:
+        row = next((l.split() for l in p.stdout.splitlines() if l.split()[:1] == [name]), None)
+        check(row == [name] + ["-"] * 5, f"all rejected: the {name} row is {row}")
 
 
 @case

@@ -198,6 +198,11 @@ def capacity_bad_flags(ctx):
     expect_input_error(ctx, ["capacity", "--slo-ttft", "1s", "--search", "--search-quantization", "none,nf4"],
                        ["--quantization 'nf4'"])
     expect_input_error(ctx, ["capacity", "--slo-ttft", "1s", "--seeds", "0"], ["--seeds must be in 1 .. 100"])
+    # Rejections are the requests' own, the same at every rate: too many, and
+    # capacity says so from its first probe, naming the limit they hit.
+    expect_input_error(ctx, ["capacity", "--num-requests", "100", "--seeds", "1", "--slo-ttft", "10s",
+                             "--max-model-len", "1500"],
+                       ["requests are rejected at any rate", "max model length (1500 tokens)", "at most 74.0%"])
     expect_input_error(ctx, ["capacity", "--slo-ttft", "1us", "--num-requests", "20"], ["not met even at"])
 
 
