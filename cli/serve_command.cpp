@@ -113,6 +113,7 @@ int serve_command(int argc, const char* const* argv) {
   if (!(grace >= 0)) throw InputError(fmt::format("--shutdown-grace must be >= 0 (got {})", grace));
   const std::string model_name =
       vm.count("served-model-name") ? vm["served-model-name"].as<std::string>() : setup.model.name;
+  if (model_name.empty()) throw InputError("--served-model-name must not be empty: clients send it as \"model\"");
   const std::unique_ptr<Tokenizer> tokenizer = tokenizer_for(vm, setup);
 
   ServedDecoder decoder = build_served_decoder(setup);

@@ -167,6 +167,9 @@ DeviceProfile DeviceProfile::from_json(const nlohmann::json& j, const std::strin
   p.device_kind = field<std::string>(device, "kind", source + ": device");
   p.device_description = field<std::string>(device, "description", source + ": device");
   p.threads = field<int>(device, "threads", source + ": device");
+  if (p.device_kind != "cpu" && p.device_kind != "cuda")
+    throw InputError(fmt::format("{}: device.kind '{}': expected cpu or cuda", source, p.device_kind));
+  if (p.threads < 0) throw InputError(fmt::format("{}: device.threads must be >= 0 (got {})", source, p.threads));
   p.dtype = field<std::string>(j, "dtype", source);
   if (j.contains("quantization")) {
     const auto q = field<nlohmann::json>(j, "quantization", source);

@@ -398,6 +398,7 @@ def serve_speculative_decoding(ctx):
 def serve_bad_flags(ctx):
     expect_input_error(ctx, ["serve", "--model", MODEL, "--port", "70000"], ["--port"])
     expect_input_error(ctx, ["serve", "--model", MODEL, "--max-waiting", "0"], ["--max-waiting"])
+    expect_input_error(ctx, ["serve", "--model", MODEL, "--served-model-name", ""], ["--served-model-name"])
     expect_input_error(ctx, ["serve", "--model", MODEL, "--host", "not-an-ip"], ["--host"])
     expect_input_error(ctx, ["serve", "--model", MODEL, "--tokenizer", "/nonexistent/tokenizer.json"],
                        ["/nonexistent/tokenizer.json"])

@@ -93,6 +93,15 @@ TEST_CASE("profile JSON: an unknown field is refused with its name and place, at
   CHECK_THAT(message_of(j), Catch::Contains("head_dim"));
 }
 
+TEST_CASE("profile JSON: a device the decoder does not have is refused by name") {
+  nlohmann::json j = every_field_profile().to_json();
+  j["device"]["kind"] = "tpu";
+  CHECK_THAT(message_of(j), Catch::Contains("device.kind 'tpu': expected cpu or cuda"));
+  j = every_field_profile().to_json();
+  j["device"]["threads"] = -1;
+  CHECK_THAT(message_of(j), Catch::Contains("device.threads must be >= 0 (got -1)"));
+}
+
 TEST_CASE("profile JSON: every profile committed under experiments/results loads") {
   namespace fs = std::filesystem;
   int loaded = 0;
