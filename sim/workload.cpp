@@ -288,11 +288,11 @@ std::string to_string(ArrivalProcess p) {
   return "unknown";
 }
 
+namespace {
+
 // Past this the clock's seconds, doubles, resolve an instant no better
 // than ~0.1 us, and latencies (differences of such instants) lose their
 // digits: at 1e13 s a TPOT rounds to 4 ms, at 1e16 s every latency is 0.
-namespace {
-
 constexpr double kMaxArrivalS = 1e9;  // ~32 years
 
 void check_arrival_range(const Workload& w, const WorkloadSpec& spec) {
