@@ -225,15 +225,16 @@ namespace {
 // points' own stderr, where simulate says it, is not shown).
 std::set<std::string> unsteady_calibrations(const std::vector<Point>& points) {
   std::set<std::string> found;
+  using Pointer = nlohmann::json::json_pointer;
   for (const Point& p : points) {
     if (!p.outcome.ok) continue;
-    const nlohmann::json config = p.outcome.summary.value("config", nlohmann::json::object());
-    const nlohmann::json cost = config.value("cost_model", nlohmann::json::object());
-    const auto warning = cost.find("calibration_warning");
-    if (warning == cost.end() || !warning->is_string()) continue;
-    const auto profile = cost.find("profile");
-    found.insert((profile != cost.end() && profile->is_string() ? profile->get<std::string>() : "the profile") + ": " +
-                 warning->get<std::string>());
+    // Just the two strings, not a copy of each point's whole config.
+    const nlohmann::json warning =
+        p.outcome.summary.value(Pointer("/config/cost_model/calibration_warning"), nlohmann::json());
+    if (!warning.is_string()) continue;
+    const nlohmann::json profile = p.outcome.summary.value(Pointer("/config/cost_model/profile"), nlohmann::json());
+    found.insert((profile.is_string() ? profile.get<std::string>() : "the profile") + ": " +
+                 warning.get<std::string>());
   }
   return found;
 }
